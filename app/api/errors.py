@@ -1,0 +1,45 @@
+"""Every error leaves the gateway in OpenAI's envelope ``{"error": {...}}``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from app.errors import GatewayError, MethodNotAllowedError, NotFoundError
+
+logger = logging.getLogger(__name__)
+
+
+async def _gateway_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, GatewayError)
+    if exc.status_code >= 500:
+        logger.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status_code, exc)
+    return JSONResponse(exc.to_envelope(), status_code=exc.status_code)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    error: GatewayError
+    if exc.status_code == 404:
+        error = NotFoundError(f"Unknown path: {request.method} {request.url.path}")
+    elif exc.status_code == 405:
+        error = MethodNotAllowedError(f"Method {request.method} is not allowed on this path")
+    else:
+        error = GatewayError(str(exc.detail), status_code=exc.status_code)
+    return JSONResponse(error.to_envelope(), status_code=error.status_code, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    error = GatewayError("The server had an error while processing your request.")
+    return JSONResponse(error.to_envelope(), status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(GatewayError, _gateway_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

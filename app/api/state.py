@@ -1,0 +1,23 @@
+"""What the lifespan builds and the routes use, hung on ``app.state``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from app.core.ports import Upstream
+from app.core.service import ResponsesService
+from app.settings import Settings
+
+
+@dataclass(slots=True)
+class GatewayState:
+    settings: Settings
+    upstream: Upstream
+    service: ResponsesService
+
+
+def gateway_state(request: Request) -> GatewayState:
+    state: GatewayState = request.app.state.gateway
+    return state

@@ -1,0 +1,121 @@
+"""``respgate serve | record | replay``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from app.settings import Settings, load_settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.main import create_app
+
+    try:
+        settings = load_settings(
+            args.config,
+            host=args.host,
+            port=args.port,
+            upstream_url=args.upstream_url,
+            upstream_api_key=args.upstream_api_key,
+            data_dir=args.data_dir,
+            wait_for_upstream=args.wait_for_upstream,
+            max_body_bytes=args.max_body_bytes,
+            log_level=args.log_level,
+        )
+    except (ValidationError, FileNotFoundError) as exc:
+        print(f"respgate: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging(settings)
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from app.recording.record import serve_record
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    serve_record(args.upstream_url, args.out, args.host, args.port, args.upstream_api_key)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from app.recording.replay import serve_replay
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if not args.cassette.is_file():
+        print(f"respgate: cassette not found: {args.cassette}", file=sys.stderr)
+        return 2
+    serve_replay(args.cassette, args.host, args.port, args.strict)
+    return 0
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="respgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gateway")
+    serve.add_argument("--config", type=Path, help="TOML configuration file")
+    serve.add_argument("--host", help="bind address (default 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="port (default 9000)")
+    serve.add_argument("--upstream-url", help="base URL of the inference server")
+    serve.add_argument("--upstream-api-key", help="API key sent upstream when the client sent none")
+    serve.add_argument("--data-dir", type=Path, help="where the gateway writes (default ./data)")
+    serve.add_argument(
+        "--wait-for-upstream",
+        type=float,
+        metavar="SECONDS",
+        help="wait up to SECONDS for the upstream's health before accepting traffic",
+    )
+    serve.add_argument("--max-body-bytes", type=int, help="request body limit (default 10 MiB)")
+    serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.set_defaults(func=_serve)
+
+    record = sub.add_parser("record", help="run a proxy that records upstream traffic")
+    record.add_argument("--upstream-url", required=True)
+    record.add_argument("--out", type=Path, required=True, help="cassette file to write")
+    record.add_argument("--host", default="127.0.0.1")
+    record.add_argument("--port", type=int, default=8001)
+    record.add_argument("--upstream-api-key")
+    record.set_defaults(func=_record)
+
+    replay = sub.add_parser("replay", help="serve a cassette as an upstream")
+    replay.add_argument("cassette", type=Path)
+    replay.add_argument("--host", default="127.0.0.1")
+    replay.add_argument("--port", type=int, default=8001)
+    replay.add_argument(
+        "--strict", action="store_true", help="answer 409 when a request differs from the recording"
+    )
+    replay.set_defaults(func=_replay)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""Build the Response objects the gateway returns, with every field a strict client validates.
+
+Pure functions: no I/O. Values come from the client's request first (what the client asked
+for is what it should see echoed), then from the upstream's own response, then from OpenAI's
+documented defaults, so that fields such as ``presence_penalty`` or ``top_logprobs`` are never
+missing or ``null`` where the Open Responses schema requires a value.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from app.core.ids import new_id
+from app.protocol.items import ITEM_ID_PREFIXES
+
+JsonObject = dict[str, Any]
+
+# Fields whose value the client chose: echoed from the request when it set them.
+_REQUEST_FIELDS = (
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "metadata",
+    "parallel_tool_calls",
+    "previous_response_id",
+    "store",
+    "background",
+    "user",
+    "safety_identifier",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "service_tier",
+    "truncation",
+    "text",
+    "reasoning",
+    "temperature",
+    "top_p",
+    "top_logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "tool_choice",
+    "tools",
+    "prompt",
+)
+
+# Fields the upstream knows better than the request (the resolved model, effective sampling).
+_UPSTREAM_FIELDS = (
+    "model",
+    "temperature",
+    "top_p",
+    "top_logprobs",
+    "presence_penalty",
+    "frequency_penalty",
+    "max_output_tokens",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "truncation",
+    "service_tier",
+    "prompt_cache_retention",
+)
+
+_DEFAULTS: JsonObject = {
+    "background": False,
+    "error": None,
+    "incomplete_details": None,
+    "instructions": None,
+    "max_output_tokens": None,
+    "max_tool_calls": None,
+    "metadata": {},
+    "parallel_tool_calls": True,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "previous_response_id": None,
+    "prompt_cache_key": None,
+    "reasoning": {"effort": None, "summary": None},
+    "safety_identifier": None,
+    "service_tier": "default",
+    "store": True,
+    "temperature": 1.0,
+    "text": {"format": {"type": "text"}},
+    "tool_choice": "auto",
+    "tools": [],
+    "top_logprobs": 0,
+    "top_p": 1.0,
+    "truncation": "disabled",
+    "user": None,
+}
+
+# Key order of the object the gateway returns (OpenAI's order, then the optional extras).
+_KEY_ORDER = (
+    "id",
+    "object",
+    "created_at",
+    "status",
+    "background",
+    "completed_at",
+    "error",
+    "incomplete_details",
+    "instructions",
+    "max_output_tokens",
+    "max_tool_calls",
+    "model",
+    "output",
+    "parallel_tool_calls",
+    "presence_penalty",
+    "frequency_penalty",
+    "previous_response_id",
+    "prompt_cache_key",
+    "prompt_cache_retention",
+    "reasoning",
+    "safety_identifier",
+    "service_tier",
+    "store",
+    "temperature",
+    "text",
+    "tool_choice",
+    "tools",
+    "top_logprobs",
+    "top_p",
+    "truncation",
+    "usage",
+    "user",
+    "metadata",
+    "conversation",
+    "prompt",
+)
+
+
+def normalize_usage(usage: Any) -> JsonObject | None:
+    """OpenAI's usage shape with its token details; vendor extras are kept."""
+    if not isinstance(usage, dict):
+        return None
+    out = dict(usage)
+    input_tokens = int(out.get("input_tokens") or out.get("prompt_tokens") or 0)
+    output_tokens = int(out.get("output_tokens") or out.get("completion_tokens") or 0)
+    out["input_tokens"] = input_tokens
+    out["output_tokens"] = output_tokens
+    out["total_tokens"] = int(out.get("total_tokens") or input_tokens + output_tokens)
+    in_details = out.get("input_tokens_details")
+    in_details = dict(in_details) if isinstance(in_details, dict) else {}
+    in_details["cached_tokens"] = int(in_details.get("cached_tokens") or 0)
+    out["input_tokens_details"] = in_details
+    out_details = out.get("output_tokens_details")
+    out_details = dict(out_details) if isinstance(out_details, dict) else {}
+    out_details["reasoning_tokens"] = int(out_details.get("reasoning_tokens") or 0)
+    out["output_tokens_details"] = out_details
+    out.pop("prompt_tokens", None)
+    out.pop("completion_tokens", None)
+    return out
+
+
+def empty_usage() -> JsonObject:
+    return {
+        "input_tokens": 0,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 0,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 0,
+    }
+
+
+def normalize_tools(tools: Any) -> list[Any]:
+    """Function tools get the fields a strict client expects (``strict``, ``description``)."""
+    if not isinstance(tools, list):
+        return []
+    out: list[Any] = []
+    for tool in tools:
+        if isinstance(tool, dict) and tool.get("type") == "function":
+            tool = dict(tool)
+            if tool.get("strict") is None:
+                tool["strict"] = True
+            tool.setdefault("description", None)
+            tool.setdefault("parameters", None)
+        out.append(tool)
+    return out
+
+
+def normalize_part(part: JsonObject) -> JsonObject:
+    kind = part.get("type")
+    if kind == "output_text":
+        if part.get("annotations") is None:
+            part["annotations"] = []
+        if "logprobs" not in part:
+            part["logprobs"] = []
+    elif kind == "refusal" and part.get("refusal") is None:
+        part["refusal"] = ""
+    return part
+
+
+def normalize_item(item: JsonObject, *, status: str = "completed") -> JsonObject:
+    """Fill what a strict client validates on the item types the gateway knows, in place.
+
+    Unknown item types are returned untouched.
+    """
+    kind = item.get("type")
+    prefix = ITEM_ID_PREFIXES.get(kind) if isinstance(kind, str) else None
+    if prefix is None:
+        return item
+    if not item.get("id"):
+        item["id"] = new_id(prefix)
+    if kind == "message":
+        item.setdefault("role", "assistant")
+        content = item.get("content")
+        if not isinstance(content, list):
+            content = [] if content is None else [{"type": "output_text", "text": str(content)}]
+            item["content"] = content
+        for part in content:
+            if isinstance(part, dict):
+                normalize_part(part)
+        if item.get("status") in (None, "in_progress"):
+            item["status"] = status
+    elif kind == "function_call":
+        if item.get("arguments") is None:
+            item["arguments"] = ""
+        if not item.get("call_id"):
+            item["call_id"] = new_id("call")
+        if item.get("status") in (None, "in_progress"):
+            item["status"] = status
+    elif kind == "reasoning" and item.get("summary") is None:
+        item["summary"] = []
+    return item
+
+
+def build_response(
+    *,
+    request: JsonObject,
+    response_id: str,
+    created_at: int,
+    status: str,
+    output: list[JsonObject],
+    upstream: JsonObject | None = None,
+    usage: JsonObject | None = None,
+    error: JsonObject | None = None,
+    incomplete_details: JsonObject | None = None,
+    completed_at: int | None = None,
+) -> JsonObject:
+    """The gateway's Response object for a client request."""
+    upstream = upstream or {}
+    fields: JsonObject = {}
+    for key in _UPSTREAM_FIELDS:
+        value = upstream.get(key)
+        if value is not None:
+            fields[key] = value
+    for key in _REQUEST_FIELDS:
+        value = request.get(key)
+        if value is not None:
+            fields[key] = value
+    model = fields.get("model") or request.get("model") or ""
+    conversation = request.get("conversation")
+    if isinstance(conversation, str):
+        conversation = {"id": conversation}
+
+    merged: JsonObject = {
+        "id": response_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "completed_at": completed_at,
+        "error": error,
+        "incomplete_details": incomplete_details,
+        "model": model,
+        "output": output,
+        "usage": usage if usage is not None else empty_usage(),
+    }
+    for key, default in _DEFAULTS.items():
+        if key not in merged:
+            value = fields.get(key)
+            merged[key] = copy.deepcopy(default) if value is None else value
+    merged["tools"] = normalize_tools(merged["tools"])
+    if merged["metadata"] is None:
+        merged["metadata"] = {}
+    if conversation is not None:
+        merged["conversation"] = conversation
+    if "prompt" in fields:
+        merged["prompt"] = fields["prompt"]
+    if "prompt_cache_retention" in fields:
+        merged["prompt_cache_retention"] = fields["prompt_cache_retention"]
+    return {key: merged[key] for key in _KEY_ORDER if key in merged}

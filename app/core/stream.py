@@ -1,0 +1,60 @@
+"""One client lifecycle: ``response.created`` … exactly one terminal event, numbered from 0."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from app.protocol import events as ev
+
+JsonObject = dict[str, Any]
+
+_TERMINAL_BY_STATUS = {
+    "completed": ev.RESPONSE_COMPLETED,
+    "incomplete": ev.RESPONSE_INCOMPLETE,
+    "failed": ev.RESPONSE_FAILED,
+    "cancelled": ev.RESPONSE_FAILED,
+}
+
+
+class ResponseLifecycle:
+    """Numbers events with ``sequence_number`` and frames the start and end of a response."""
+
+    __slots__ = ("_next", "closed")
+
+    def __init__(self) -> None:
+        self._next = 0
+        self.closed = False
+
+    def stamp(self, event: JsonObject) -> JsonObject:
+        event["sequence_number"] = self._next
+        self._next += 1
+        return event
+
+    def opening(self, response: JsonObject) -> list[JsonObject]:
+        """``response.created`` then ``response.in_progress``, each with its own snapshot."""
+        return [
+            self.stamp({"type": ev.RESPONSE_CREATED, "response": copy.deepcopy(response)}),
+            self.stamp({"type": ev.RESPONSE_IN_PROGRESS, "response": copy.deepcopy(response)}),
+        ]
+
+    def closing(self, response: JsonObject) -> JsonObject:
+        """The one terminal event for the response's final status."""
+        self.closed = True
+        kind = _TERMINAL_BY_STATUS.get(str(response.get("status")), ev.RESPONSE_COMPLETED)
+        return self.stamp({"type": kind, "response": response})
+
+    def failure(self, error: JsonObject, response: JsonObject) -> list[JsonObject]:
+        """An ``error`` event then ``response.failed``: how a started stream reports a failure."""
+        self.closed = True
+        return [
+            self.stamp(
+                {
+                    "type": ev.ERROR,
+                    "code": error.get("code"),
+                    "message": error.get("message", ""),
+                    "param": error.get("param"),
+                }
+            ),
+            self.stamp({"type": ev.RESPONSE_FAILED, "response": response}),
+        ]

@@ -1,0 +1,107 @@
+"""Errors the gateway reports, each mapped to an HTTP status and OpenAI's error envelope."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class GatewayError(Exception):
+    """Base of every error that reaches a client: ``{"error": {message, type, param, code}}``."""
+
+    status_code: int = 500
+    type: str = "server_error"
+    code: str | None = None
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+        if code is not None:
+            self.code = code
+        if status_code is not None:
+            self.status_code = status_code
+
+    def to_error(self) -> dict[str, Any]:
+        return {"message": self.message, "type": self.type, "param": self.param, "code": self.code}
+
+    def to_envelope(self) -> dict[str, Any]:
+        return {"error": self.to_error()}
+
+
+class InvalidRequestError(GatewayError):
+    status_code = 400
+    type = "invalid_request_error"
+
+
+class NotFoundError(GatewayError):
+    status_code = 404
+    type = "invalid_request_error"
+    code = "not_found"
+
+
+class MethodNotAllowedError(GatewayError):
+    status_code = 405
+    type = "invalid_request_error"
+    code = "method_not_allowed"
+
+
+class RequestTooLargeError(GatewayError):
+    status_code = 413
+    type = "invalid_request_error"
+    code = "request_too_large"
+
+
+class UpstreamError(GatewayError):
+    """The upstream inference server failed; subclasses say how."""
+
+    status_code = 502
+    type = "upstream_error"
+    code = "upstream_error"
+
+
+class UpstreamUnreachableError(UpstreamError):
+    status_code = 502
+    code = "upstream_unreachable"
+
+
+class UpstreamTimeoutError(UpstreamError):
+    status_code = 504
+    code = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamError):
+    """The upstream answered with something that is not a Responses API answer."""
+
+    status_code = 502
+    code = "upstream_protocol_error"
+
+
+class UpstreamHTTPError(UpstreamError):
+    """The upstream answered with an HTTP error: its status and error body are forwarded."""
+
+    def __init__(self, status_code: int, envelope: dict[str, Any]) -> None:
+        error = envelope.get("error")
+        message = error.get("message") if isinstance(error, dict) else None
+        super().__init__(str(message or f"upstream returned HTTP {status_code}"))
+        self.status_code = status_code
+        self.envelope = envelope
+
+    def to_error(self) -> dict[str, Any]:
+        error = self.envelope.get("error")
+        return dict(error) if isinstance(error, dict) else super().to_error()
+
+    def to_envelope(self) -> dict[str, Any]:
+        return self.envelope
+
+
+class NotReadyError(GatewayError):
+    status_code = 503
+    type = "server_error"
+    code = "upstream_not_ready"

@@ -1,0 +1,78 @@
+"""``create_app(settings)``: the one place where concrete adapters are wired into the core."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.api.errors import install_error_handlers
+from app.api.routes import health, models, responses
+from app.api.state import GatewayState
+from app.core.ports import Upstream
+from app.core.service import ResponsesService
+from app.settings import Settings
+from app.upstream.responses import ResponsesUpstream
+
+logger = logging.getLogger(__name__)
+
+
+class UpstreamNotReadyError(RuntimeError):
+    """The upstream did not become healthy within ``wait_for_upstream`` seconds."""
+
+
+async def wait_for_upstream(upstream: Upstream, seconds: float, url: str) -> None:
+    deadline = time.monotonic() + seconds
+    delay = 0.25
+    while not await upstream.check_ready():
+        if time.monotonic() >= deadline:
+            raise UpstreamNotReadyError(f"upstream {url} not ready after {seconds:g} s")
+        logger.info("waiting for upstream %s", url)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
+    logger.info("upstream %s is ready", url)
+
+
+def build_upstream(settings: Settings) -> ResponsesUpstream:
+    return ResponsesUpstream(
+        settings.upstream_url,
+        api_key=settings.upstream_api_key,
+        connect_timeout=settings.upstream_connect_timeout,
+        read_timeout=settings.upstream_read_timeout,
+        max_connections=settings.upstream_max_connections,
+    )
+
+
+def create_app(settings: Settings, upstream: Upstream | None = None) -> FastAPI:
+    """The gateway application. ``upstream`` replaces the HTTP upstream (tests pass fakes)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        active = upstream if upstream is not None else build_upstream(settings)
+        try:
+            if settings.wait_for_upstream > 0:
+                await wait_for_upstream(active, settings.wait_for_upstream, settings.upstream_url)
+            app.state.gateway = GatewayState(
+                settings=settings, upstream=active, service=ResponsesService(active)
+            )
+            yield
+        finally:
+            await active.aclose()
+
+    app = FastAPI(
+        title="respgate",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_error_handlers(app)
+    app.include_router(responses.router)
+    app.include_router(models.router)
+    app.include_router(health.router)
+    return app
