@@ -107,7 +107,11 @@ class ResponseAccumulator:
         """Fold one upstream event; return the client events it produces (unnumbered)."""
         if self.finished:
             return []
-        handler = self._handlers.get(event.get("type", ""))
+        kind = event.get("type")
+        if kind is None and event.get("object") == "response":
+            # Older gateways end a stream with the bare Response object.
+            return self._on_terminal({"type": ev.RESPONSE_DONE, "response": event})
+        handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             return [self._passthrough(event)]
         return handler(event)
