@@ -60,7 +60,7 @@ def _replay(args: argparse.Namespace) -> int:
     if not args.cassette.is_file():
         print(f"respgate: cassette not found: {args.cassette}", file=sys.stderr)
         return 2
-    serve_replay(args.cassette, args.host, args.port, args.strict)
+    serve_replay(args.cassette, args.host, args.port, args.strict, args.loop)
     return 0
 
 
@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--port", type=int, default=8001)
     replay.add_argument(
         "--strict", action="store_true", help="answer 409 when a request differs from the recording"
+    )
+    replay.add_argument(
+        "--loop", action="store_true", help="start the cassette over once every turn was answered"
     )
     replay.set_defaults(func=_replay)
     return parser

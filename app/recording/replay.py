@@ -1,10 +1,12 @@
 """A replay upstream: an HTTP server that answers requests from a cassette.
 
 Matching rule: each incoming request is answered by the **first not-yet-used turn with the
-same method and path** (query string ignored), in cassette order. Turns for paths the client
+same method and path** (query string ignored), in cassette order; among those, a turn whose
+recorded body has the same ``stream`` flag as the request is preferred. Turns for paths the client
 never requests (e.g. ``/v1/conversations`` calls a gateway handles itself) are simply skipped
 over and stay unused. A used turn is never answered twice; when no unused turn matches, the
-server answers 404 with an OpenAI error envelope (``code: cassette_exhausted``).
+server answers 404 with an OpenAI error envelope (``code: cassette_exhausted``), or, with
+``loop``, starts the cassette over.
 
 ``GET /v1/models`` is matched like any request while the cassette has an unused
 ``GET /v1/models`` turn. After that (listing models is idempotent and gateways poll it) the
@@ -111,12 +113,30 @@ class ReplayState:
         self.received = []
         self.cursor = 0
 
-    def find(self, method: str, path: str) -> int | None:
-        """Index of the first unused turn with this method and path."""
-        for i, turn in enumerate(self.cassette.turns):
-            if not self.used[i] and turn.request.method == method and turn.request.path == path:
-                return i
-        return None
+    def find(self, method: str, path: str, body: Any = None) -> int | None:
+        """Index of the first unused turn with this method and path.
+
+        Among those, a turn recorded with the same ``stream`` flag as ``body`` is preferred, so
+        that a cassette holding a JSON and a streaming answer serves each to the right request.
+        """
+        candidates = [
+            i
+            for i, turn in enumerate(self.cassette.turns)
+            if not self.used[i] and turn.request.method == method and turn.request.path == path
+        ]
+        if not candidates:
+            return None
+        if isinstance(body, dict):
+            wanted = bool(body.get("stream"))
+            for i in candidates:
+                recorded = self.cassette.turns[i].request.body
+                if isinstance(recorded, dict) and bool(recorded.get("stream")) == wanted:
+                    return i
+        return candidates[0]
+
+    def rewind(self) -> None:
+        """Mark every turn unused again, keeping what was received (``--loop``)."""
+        self.used = [False] * len(self.cassette.turns)
 
     def take(self, index: int) -> Turn:
         self.used[index] = True
@@ -184,8 +204,11 @@ def _parse_body(raw: bytes) -> Any:
         return raw.decode("utf-8", errors="replace")
 
 
-def create_replay_app(cassette: Cassette, strict: bool = False) -> Starlette:
-    """A Starlette app serving ``cassette`` as an upstream (see the module docstring)."""
+def create_replay_app(cassette: Cassette, strict: bool = False, loop: bool = False) -> Starlette:
+    """A Starlette app serving ``cassette`` as an upstream (see the module docstring).
+
+    With ``loop``, an exhausted cassette starts over instead of answering 404 (for demos).
+    """
     state = ReplayState(cassette)
     models_turn = next(
         (t for t in cassette.turns if (t.request.method, t.request.path) == ("GET", "/v1/models")),
@@ -229,7 +252,14 @@ def create_replay_app(cassette: Cassette, strict: bool = False) -> Starlette:
             "turn": None,
         }
         state.received.append(entry)
-        index = state.find(method, path)
+        index = state.find(method, path, body)
+        if (
+            index is None
+            and loop
+            and any((t.request.method, t.request.path) == (method, path) for t in cassette.turns)
+        ):
+            state.rewind()
+            index = state.find(method, path, body)
         if index is None:
             logger.warning("cassette exhausted", extra={"method": method, "path": path})
             return error_envelope(
@@ -267,8 +297,10 @@ def create_replay_app(cassette: Cassette, strict: bool = False) -> Starlette:
     return app
 
 
-def serve_replay(path: Path, host: str, port: int, strict: bool = False) -> None:
+def serve_replay(
+    path: Path, host: str, port: int, strict: bool = False, loop: bool = False
+) -> None:
     """Serve the cassette at ``path`` on ``host:port`` until interrupted (blocking)."""
     cassette = load_cassette(path)
     logger.info("replaying cassette", extra={"cassette": str(path), "turns": len(cassette.turns)})
-    uvicorn.run(create_replay_app(cassette, strict=strict), host=host, port=port)
+    uvicorn.run(create_replay_app(cassette, strict=strict, loop=loop), host=host, port=port)
