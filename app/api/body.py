@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 from starlette.requests import Request
 
 from app.errors import InvalidRequestError, RequestTooLargeError
@@ -44,32 +46,67 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
 
 
 def validate(model: type[ModelT], data: dict[str, Any]) -> ModelT:
-    """Validate ``data`` against ``model``; the first problem becomes a 400 naming the field."""
+    """Validate ``data`` against ``model``; the first problem becomes a 400 naming the field.
+
+    Strict, as OpenAI is (``"stream": "yes"`` is a 400): the body is forwarded as the client
+    sent it, so a value accepted only after coercion would reach the upstream uncoerced.
+    """
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, strict=True)
     except ValidationError as exc:
-        error = exc.errors(include_url=False)[0]
+        error = _most_specific(exc.errors(include_url=False))
         param = format_loc(error["loc"])
         if error["type"] == "missing":
             message = f"Missing required parameter: '{param}'."
             code = "missing_required_parameter"
         else:
-            message = f"Invalid value for '{param}': {error['msg']}."
+            detail = str(error["msg"])
+            cause = (error.get("ctx") or {}).get("error")
+            if error["type"] == "value_error" and cause is not None:
+                # Validators name the list element at fault ("tools[0] needs ..."): point at it.
+                detail = str(cause)
+                element = re.match(re.escape(param) + r"((?:\[\d+\])+)", detail)
+                if element is not None:
+                    param += element.group(1)
+            message = f"Invalid value for '{param}': {detail.rstrip('.')}."
             code = "invalid_value"
         raise InvalidRequestError(message, param=param, code=code) from exc
 
 
+def _most_specific(errors: list[ErrorDetails]) -> ErrorDetails:
+    """Of the errors about the first bad field, the deepest one.
+
+    A union reports one error per member; the deepest is from the member whose shape matched
+    (``input: [1]`` is a list whose element 0 is wrong, not "a string expected").
+    """
+    field = errors[0]["loc"][:1]
+    candidates = [e for e in errors if e["loc"][:1] == field]
+    return max(candidates, key=lambda e: len(_path(e["loc"])))
+
+
 def format_loc(loc: tuple[int | str, ...]) -> str:
-    """``("input", 0, "content")`` -> ``input[0].content`` (union branch names dropped)."""
+    """``("input", 0, "content")`` -> ``input[0].content`` (union member names dropped)."""
     out = ""
-    for part in loc:
+    for part in _path(loc):
         if isinstance(part, int):
             out += f"[{part}]"
-        elif part.startswith(("list[", "dict[", "str", "function-", "literal[")) or "[" in part:
-            continue
         else:
             out += f".{part}" if out else part
     return out or "body"
+
+
+# How pydantic names the member of a union in ``loc``: its type (``str``, ``list[...]``,
+# ``literal[...]``, ``function-after[...]``) or its model class (``ConversationRef``).
+_SCALAR_TAGS = frozenset({"str", "int", "float", "bool", "bytes", "none", "dict", "list"})
+
+
+def _path(loc: tuple[int | str, ...]) -> list[int | str]:
+    return [
+        part
+        for part in loc
+        if isinstance(part, int)
+        or not (part in _SCALAR_TAGS or "[" in part or (part[:1].isupper() and part.isidentifier()))
+    ]
 
 
 def _too_large(limit: int) -> RequestTooLargeError:

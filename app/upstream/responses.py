@@ -229,18 +229,38 @@ def decode_response(raw: bytes) -> JsonObject:
 
 
 def error_envelope(status: int, raw: bytes) -> JsonObject:
-    """The upstream's error body in OpenAI's envelope (vLLM's flat error objects are wrapped)."""
+    """The upstream's error body in OpenAI's envelope.
+
+    An OpenAI envelope is kept as it is (keys it lacks are added); flat error objects (vLLM's
+    ``{"object": "error", "message": ...}``, ``{"error": "text"}``, ``{"detail": "text"}``) and
+    plain text are wrapped.
+    """
     try:
         data: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:
         data = None
     if isinstance(data, dict):
-        if isinstance(data.get("error"), dict):
-            return data
-        if "message" in data:
+        error = data.get("error")
+        if isinstance(error, dict):
+            if all(key in error for key in ("message", "type", "param", "code")):
+                return data
+            filled = {
+                "message": f"upstream returned HTTP {status}",
+                "type": "upstream_error",
+                "param": None,
+                "code": None,
+                **error,
+            }
+            return {**data, "error": filled}
+        message = data.get("message")
+        if message is None and isinstance(error, str):
+            message = error
+        if message is None and isinstance(data.get("detail"), str):
+            message = data["detail"]
+        if message is not None:
             return {
                 "error": {
-                    "message": str(data.get("message")),
+                    "message": str(message),
                     "type": str(data.get("type") or "upstream_error"),
                     "param": data.get("param"),
                     "code": data.get("code"),

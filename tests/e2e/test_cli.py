@@ -116,21 +116,10 @@ def test_serve_refuses_a_bad_configuration(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("seconds", ["1"])
 def test_wait_for_upstream_gives_up_when_the_upstream_never_comes(seconds: str) -> None:
+    command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1"]
+    command += ["--upstream-url", f"http://127.0.0.1:{free_port()}", "--port", str(free_port())]
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--upstream-url",
-            f"http://127.0.0.1:{free_port()}",
-            "--port",
-            str(free_port()),
-            "--host",
-            "127.0.0.1",
-            "--wait-for-upstream",
-            seconds,
-        ],  # fmt: skip
+        [*command, "--wait-for-upstream", seconds],
         cwd=ROOT,
         capture_output=True,
         text=True,
