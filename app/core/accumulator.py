@@ -146,7 +146,7 @@ class ResponseAccumulator:
         self.error = error if isinstance(error, dict) else None
         details = response.get("incomplete_details")
         self.incomplete_details = details if isinstance(details, dict) else None
-        item_status = "incomplete" if status == "incomplete" else "completed"
+        item_status = "completed" if status == "completed" else "incomplete"
         events = self.finish(item_status)
         events.extend(self._adopt_final_output(response.get("output"), item_status))
         self.finished = True
@@ -162,6 +162,8 @@ class ResponseAccumulator:
             "code": str(event.get("code") or "upstream_error"),
             "message": str(event.get("message") or "the upstream reported an error"),
         }
+        if event.get("param") is not None:
+            self.error["param"] = str(event["param"])
         self.finished = True
         return []
 

@@ -233,7 +233,7 @@ def error_envelope(status: int, raw: bytes) -> JsonObject:
 
     An OpenAI envelope is kept as it is (keys it lacks are added); flat error objects (vLLM's
     ``{"object": "error", "message": ...}``, ``{"error": "text"}``, ``{"detail": "text"}``) and
-    plain text are wrapped.
+    plain text are wrapped, with a string ``code`` (the HTTP status when nothing better).
     """
     try:
         data: Any = orjson.loads(raw)
@@ -258,17 +258,24 @@ def error_envelope(status: int, raw: bytes) -> JsonObject:
         if message is None and isinstance(data.get("detail"), str):
             message = data["detail"]
         if message is not None:
+            code = data.get("code")
             return {
                 "error": {
                     "message": str(message),
                     "type": str(data.get("type") or "upstream_error"),
                     "param": data.get("param"),
-                    "code": data.get("code"),
+                    # OpenAI's ``code`` is a string or null; vLLM puts the HTTP status there.
+                    "code": None if code is None else str(code),
                 }
             }
     text = raw.decode("utf-8", "replace").strip() or f"upstream returned HTTP {status}"
     return {
-        "error": {"message": text[:2000], "type": "upstream_error", "param": None, "code": status}
+        "error": {
+            "message": text[:2000],
+            "type": "upstream_error",
+            "param": None,
+            "code": str(status),
+        }
     }
 
 
