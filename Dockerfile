@@ -28,12 +28,16 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 
-# Then the package itself (not editable: the source tree does not go into the final image).
+# Then the package itself (not editable: the source tree does not go into the final image). The
+# Alembic migrations are the `migrations` package of the wheel; `respgate migrate` on a scratch
+# SQLite file, run outside the source tree, proves they shipped.
 COPY . .
 RUN pip install --no-deps . \
     && pip check \
     && python -I -c "import app.main" \
-    && respgate --help > /dev/null
+    && respgate --help > /dev/null \
+    && (cd / && respgate migrate --data-dir /tmp/migrate-check --log-level warning) \
+    && rm -rf /tmp/migrate-check
 
 # ---------------------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}

@@ -1,4 +1,4 @@
-"""``respgate serve | record | replay``."""
+"""``respgate serve | migrate | record | replay``."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from app.settings import Settings, load_settings
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
-    from app.main import create_app
+    from app.store.migrate import DatabaseError, prepare_database_sync
 
     try:
         settings = load_settings(
@@ -25,6 +23,7 @@ def _serve(args: argparse.Namespace) -> int:
             upstream_url=args.upstream_url,
             upstream_api_key=args.upstream_api_key,
             data_dir=args.data_dir,
+            database_url=args.database_url,
             wait_for_upstream=args.wait_for_upstream,
             max_body_bytes=args.max_body_bytes,
             log_level=args.log_level,
@@ -34,6 +33,17 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     _configure_logging(settings)
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # The embedded SQLite database is migrated; an out-of-date PostgreSQL one is an error.
+        prepare_database_sync(settings.resolved_database_url(), auto_migrate=True)
+    except DatabaseError as exc:
+        print(f"respgate: {exc}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from app.main import create_app
+
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -42,6 +52,30 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=False,
         timeout_graceful_shutdown=10,
     )
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from app.store.migrate import DatabaseError, display_url, upgrade_to_head_sync
+
+    try:
+        settings = load_settings(
+            args.config,
+            data_dir=args.data_dir,
+            database_url=args.database_url,
+            log_level=args.log_level,
+        )
+    except (ValidationError, FileNotFoundError) as exc:
+        print(f"respgate: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    _configure_logging(settings)
+    url = settings.resolved_database_url()
+    try:
+        revision = upgrade_to_head_sync(url)
+    except DatabaseError as exc:
+        print(f"respgate: {exc}", file=sys.stderr)
+        return 1
+    print(f"database {display_url(url)} is at revision {revision} (head)")
     return 0
 
 
@@ -71,6 +105,12 @@ def _configure_logging(settings: Settings) -> None:
     )
 
 
+DATABASE_URL_HELP = (
+    "SQLAlchemy URL of the store, e.g. postgresql+asyncpg://user:pass@host/db "
+    "(default: the SQLite file respgate.db in the data dir)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="respgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -82,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream-url", help="base URL of the inference server")
     serve.add_argument("--upstream-api-key", help="API key sent upstream when the client sent none")
     serve.add_argument("--data-dir", type=Path, help="where the gateway writes (default ./data)")
+    serve.add_argument("--database-url", help=DATABASE_URL_HELP)
     serve.add_argument(
         "--wait-for-upstream",
         type=float,
@@ -91,6 +132,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, help="request body limit (default 10 MiB)")
     serve.add_argument("--log-level", help="debug, info, warning, error")
     serve.set_defaults(func=_serve)
+
+    migrate = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
+    migrate.add_argument("--config", type=Path, help="TOML configuration file")
+    migrate.add_argument("--database-url", help=DATABASE_URL_HELP)
+    migrate.add_argument("--data-dir", type=Path, help="where the default SQLite file lives")
+    migrate.add_argument("--log-level", help="debug, info, warning, error")
+    migrate.set_defaults(func=_migrate)
 
     record = sub.add_parser("record", help="run a proxy that records upstream traffic")
     record.add_argument("--upstream-url", required=True)

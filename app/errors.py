@@ -46,6 +46,14 @@ class NotFoundError(GatewayError):
     code = "not_found"
 
 
+class CursorNotFoundError(GatewayError):
+    """An ``after`` cursor naming no item of the list: a 404 that OpenAI gives a null code."""
+
+    status_code = 404
+    type = "invalid_request_error"
+    code = None
+
+
 class MethodNotAllowedError(GatewayError):
     status_code = 405
     type = "invalid_request_error"

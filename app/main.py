@@ -12,11 +12,14 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.api.errors import install_error_handlers
-from app.api.routes import health, models, responses
+from app.api.routes import conversations, health, models, responses
 from app.api.state import GatewayState
-from app.core.ports import Upstream
+from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
 from app.settings import Settings
+from app.store.engine import create_engine_for
+from app.store.migrate import prepare_database
+from app.store.sql import SqlResponseStore
 from app.upstream.responses import ResponsesUpstream
 
 logger = logging.getLogger(__name__)
@@ -48,21 +51,36 @@ def build_upstream(settings: Settings) -> ResponsesUpstream:
     )
 
 
-def create_app(settings: Settings, upstream: Upstream | None = None) -> FastAPI:
-    """The gateway application. ``upstream`` replaces the HTTP upstream (tests pass fakes)."""
+async def build_store(settings: Settings) -> SqlResponseStore:
+    """The SQL store; an embedded SQLite database is created or migrated on the way."""
+    url = settings.resolved_database_url()
+    await prepare_database(url, auto_migrate=True)
+    return SqlResponseStore(create_engine_for(url))
+
+
+def create_app(
+    settings: Settings,
+    upstream: Upstream | None = None,
+    store: ResponseStore | None = None,
+) -> FastAPI:
+    """The gateway application. ``upstream`` and ``store`` replace the real adapters in tests."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        active = upstream if upstream is not None else build_upstream(settings)
-        try:
+        async with contextlib.AsyncExitStack() as stack:
+            active_store = store if store is not None else await build_store(settings)
+            stack.push_async_callback(active_store.aclose)
+            active = upstream if upstream is not None else build_upstream(settings)
+            stack.push_async_callback(active.aclose)
             if settings.wait_for_upstream > 0:
                 await wait_for_upstream(active, settings.wait_for_upstream, settings.upstream_url)
             app.state.gateway = GatewayState(
-                settings=settings, upstream=active, service=ResponsesService(active)
+                settings=settings,
+                upstream=active,
+                store=active_store,
+                service=ResponsesService(active, active_store),
             )
             yield
-        finally:
-            await active.aclose()
 
     app = FastAPI(
         title="respgate",
@@ -73,6 +91,7 @@ def create_app(settings: Settings, upstream: Upstream | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     app.include_router(responses.router)
+    app.include_router(conversations.router)
     app.include_router(models.router)
     app.include_router(health.router)
     return app

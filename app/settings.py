@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     data_dir: Path = Path("./data")
     log_level: str = "info"
 
+    # Default: None, meaning the SQLite file respgate.db in data_dir (see resolved_database_url).
+    database_url: str | None = None
+
     upstream_url: str = "http://127.0.0.1:8000"
     upstream_api_key: str | None = None
     upstream_connect_timeout: float = Field(default=10.0, gt=0)
@@ -41,6 +44,21 @@ class Settings(BaseSettings):
             value = value[: -len("/v1")]
         return value
 
+    def resolved_database_url(self) -> str:
+        """The async SQLAlchemy URL of the store.
+
+        Unset (or empty): the SQLite file ``respgate.db`` in ``data_dir``, as an absolute path so
+        that it does not depend on the working directory. URLs naming no driver get the async
+        one the gateway ships with (``postgresql://`` -> ``postgresql+asyncpg://``,
+        ``sqlite://`` -> ``sqlite+aiosqlite://``); any other URL is used as given.
+        """
+        if not self.database_url:
+            path = (self.data_dir.expanduser().absolute() / "respgate.db").as_posix()
+            return f"sqlite+aiosqlite:///{path}"
+        scheme, sep, rest = self.database_url.partition("://")
+        driver = _ASYNC_DRIVERS.get(scheme.lower())
+        return f"{driver}{sep}{rest}" if driver is not None and sep else self.database_url
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -56,6 +74,12 @@ class Settings(BaseSettings):
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
 
+
+_ASYNC_DRIVERS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "sqlite": "sqlite+aiosqlite",
+}
 
 # The TOML path is chosen at run time (``--config``), so it is handed to the source through this
 # small holder rather than through a class attribute that would leak between tests.

@@ -6,7 +6,14 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-from app.core.ports import RawReply
+from app.core.ids import new_id
+from app.core.ports import (
+    NewResponse,
+    Page,
+    RawReply,
+    StoredConversation,
+    StoredResponse,
+)
 
 JsonObject = dict[str, Any]
 
@@ -66,3 +73,127 @@ class FakeUpstream:
 
     async def aclose(self) -> None:
         return None
+
+
+class MemoryResponseStore:
+    """An in-memory ResponseStore with the SQL store's semantics, for core unit tests."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, JsonObject] = {}
+        self.responses: dict[str, StoredResponse] = {}
+        self.conversations: dict[str, StoredConversation] = {}
+        self.conversation_lists: dict[str, list[str]] = {}
+        self.saved: list[NewResponse] = []
+
+    async def get_response(self, response_id: str) -> StoredResponse | None:
+        return self.responses.get(response_id)
+
+    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
+        return [copy.deepcopy(self.items[i]) for i in item_ids if i in self.items]
+
+    async def existing_item_ids(self, item_ids: list[str]) -> set[str]:
+        return {i for i in item_ids if i in self.items}
+
+    async def save_response(self, new: NewResponse) -> None:
+        response = new.response
+        output_ids = [str(item["id"]) for item in response["output"]]
+        if new.conversation_id is not None and new.conversation_id not in self.conversations:
+            raise KeyError(new.conversation_id)
+        for item in new.new_items:
+            self.items.setdefault(str(item["id"]), copy.deepcopy(item))
+        self.responses[response["id"]] = StoredResponse(
+            id=response["id"],
+            response=copy.deepcopy(response),
+            checkpoint_ids=[*new.history_ids, *new.input_item_ids, *output_ids],
+            input_item_ids=list(new.input_item_ids),
+            conversation_id=new.conversation_id,
+            created_at=response["created_at"],
+        )
+        if new.conversation_id is not None:
+            self.conversation_lists[new.conversation_id] += [*new.input_item_ids, *output_ids]
+        self.saved.append(new)
+
+    async def delete_response(self, response_id: str) -> bool:
+        return self.responses.pop(response_id, None) is not None
+
+    async def list_input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None:
+        stored = self.responses.get(response_id)
+        if stored is None:
+            return None
+        return _page(await self.load_items(stored.input_item_ids), after, limit, order)
+
+    async def create_conversation(
+        self, metadata: dict[str, str], items: list[JsonObject]
+    ) -> StoredConversation:
+        conversation = StoredConversation(new_id("conv"), 0, dict(metadata))
+        self.conversations[conversation.id] = conversation
+        self.conversation_lists[conversation.id] = []
+        await self.append_conversation_items(conversation.id, items)
+        return conversation
+
+    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
+        return self.conversations.get(conversation_id)
+
+    async def update_conversation(
+        self, conversation_id: str, metadata: dict[str, str]
+    ) -> StoredConversation | None:
+        old = self.conversations.get(conversation_id)
+        if old is None:
+            return None
+        self.conversations[conversation_id] = StoredConversation(old.id, old.created_at, metadata)
+        return self.conversations[conversation_id]
+
+    async def delete_conversation(self, conversation_id: str) -> bool:
+        self.conversation_lists.pop(conversation_id, None)
+        return self.conversations.pop(conversation_id, None) is not None
+
+    async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:
+        if conversation_id not in self.conversations:
+            return None
+        return await self.load_items(self.conversation_lists[conversation_id])
+
+    async def append_conversation_items(
+        self, conversation_id: str, items: list[JsonObject]
+    ) -> list[JsonObject] | None:
+        if conversation_id not in self.conversations:
+            return None
+        ids = [str(item["id"]) for item in items]
+        if set(ids) & set(self.conversation_lists[conversation_id]):
+            raise ValueError("item_already_in_conversation")
+        for item in items:
+            self.items.setdefault(str(item["id"]), copy.deepcopy(item))
+        self.conversation_lists[conversation_id] += ids
+        return await self.load_items(ids)
+
+    async def list_conversation_items(
+        self, conversation_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None:
+        items = await self.conversation_items(conversation_id)
+        return None if items is None else _page(items, after, limit, order)
+
+    async def get_conversation_item(self, conversation_id: str, item_id: str) -> JsonObject | None:
+        if item_id not in self.conversation_lists.get(conversation_id, []):
+            return None
+        return copy.deepcopy(self.items[item_id])
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+        ids = self.conversation_lists.get(conversation_id, [])
+        if item_id not in ids:
+            return False
+        self.conversation_lists[conversation_id] = [i for i in ids if i != item_id]
+        return True
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _page(items: list[JsonObject], after: str | None, limit: int, order: str) -> Page:
+    ordered = items if order == "asc" else list(reversed(items))
+    if after is not None:
+        ids = [item["id"] for item in ordered]
+        if after not in ids:
+            raise KeyError(after)
+        ordered = ordered[ids.index(after) + 1 :]
+    return Page(items=ordered[:limit], has_more=len(ordered) > limit)

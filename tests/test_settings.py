@@ -12,7 +12,8 @@ from app.settings import Settings, load_settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_defaults() -> None:
+def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RESPGATE_DATA_DIR", raising=False)
     settings = Settings()
     assert settings.host == "0.0.0.0"
     assert settings.port == 9000

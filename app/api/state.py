@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from app.core.ports import Upstream
+from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
 from app.settings import Settings
 
@@ -15,6 +15,7 @@ from app.settings import Settings
 class GatewayState:
     settings: Settings
     upstream: Upstream
+    store: ResponseStore
     service: ResponsesService
 
 

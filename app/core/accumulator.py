@@ -10,7 +10,8 @@ events the client should see for that upstream event, already repaired:
   numbered them (vLLM may open a message's first part at ``content_index`` 1);
 * vLLM's ``response.reasoning_part.*`` become ``response.content_part.*``; ``response.done``
   is a terminal event like ``response.completed``;
-* item ids are unique and stable between ``added``, deltas, ``done`` and the final output;
+* items of the known types get the gateway's own ids (``msg_…``, ``fc_…``: UUIDv7-based, so
+  unique and sortable), stable between ``added``, deltas, ``done`` and the final output;
 * unknown event and item types are carried through unchanged (only ``output_index`` and
   ``item_id`` are rebased so that they keep pointing at the same item).
 
@@ -229,7 +230,9 @@ class ResponseAccumulator:
     ) -> tuple[_Slot, list[JsonObject]]:
         kind = item.get("type")
         prefix = ITEM_ID_PREFIXES.get(kind) if isinstance(kind, str) else None
-        if prefix is not None and (not item.get("id") or item["id"] in self._by_item_id):
+        if prefix is not None:
+            # The gateway names the items it stores: unique and sortable, whatever the
+            # upstream called them (the upstream's id still routes its later events here).
             item["id"] = new_id(prefix)
         slot = _Slot(len(self.output))
         self.output.append(item)

@@ -51,3 +51,134 @@ class Upstream(Protocol):
         ...
 
     async def aclose(self) -> None: ...
+
+
+# ----------------------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, slots=True)
+class StoredResponse:
+    """A persisted response: the object returned to the client and its continuation checkpoint.
+
+    ``checkpoint_ids`` is the ordered list of item ids a continuation starts from: the history
+    the response was generated from, then its own input, then its output. ``input_item_ids`` is
+    its own input only (``GET /v1/responses/{id}/input_items``).
+    """
+
+    id: str
+    response: JsonObject
+    checkpoint_ids: list[str]
+    input_item_ids: list[str]
+    conversation_id: str | None
+    created_at: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredConversation:
+    id: str
+    created_at: int
+    metadata: dict[str, str]
+
+    def to_object(self) -> JsonObject:
+        return {
+            "id": self.id,
+            "object": "conversation",
+            "created_at": self.created_at,
+            "metadata": self.metadata,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewResponse:
+    """What ``ResponseStore.save_response`` persists, in one transaction.
+
+    ``new_items`` are items not stored yet (the request's input items that did not reference an
+    existing item, and the output); every id in ``input_item_ids`` and ``output`` is either in
+    ``new_items`` or already stored. With ``conversation_id``, the input then the output item
+    ids are appended to that conversation.
+    """
+
+    response: JsonObject
+    history_ids: list[str]
+    input_item_ids: list[str]
+    new_items: list[JsonObject]
+    conversation_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a list endpoint, in the order asked for."""
+
+    items: list[JsonObject]
+    has_more: bool
+
+
+class ResponseStore(Protocol):
+    """Persistence of responses, items and conversations (``store.sql.SqlResponseStore``).
+
+    Items are stored once, by id; a response keeps its checkpoint as an ordered list of item
+    ids and a conversation its ordered list of item ids, so rehydration is one bulk read.
+    Methods that name a missing response or conversation return ``None`` / ``False``.
+    """
+
+    async def get_response(self, response_id: str) -> StoredResponse | None: ...
+
+    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
+        """The items with these ids, in this order (one query); missing ids are skipped."""
+        ...
+
+    async def existing_item_ids(self, item_ids: list[str]) -> set[str]:
+        """Which of these ids are already stored."""
+        ...
+
+    async def save_response(self, new: NewResponse) -> None: ...
+
+    async def delete_response(self, response_id: str) -> bool: ...
+
+    async def list_input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None:
+        """``None`` when the response does not exist; raises ``KeyError`` for an unknown
+        ``after`` id."""
+        ...
+
+    async def create_conversation(
+        self, metadata: dict[str, str], items: list[JsonObject]
+    ) -> StoredConversation:
+        """``items`` are complete (ids assigned); ids already stored are referenced, not copied."""
+        ...
+
+    async def get_conversation(self, conversation_id: str) -> StoredConversation | None: ...
+
+    async def update_conversation(
+        self, conversation_id: str, metadata: dict[str, str]
+    ) -> StoredConversation | None: ...
+
+    async def delete_conversation(self, conversation_id: str) -> bool: ...
+
+    async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:
+        """Every item of the conversation in order (one query); ``None`` if it does not exist."""
+        ...
+
+    async def append_conversation_items(
+        self, conversation_id: str, items: list[JsonObject]
+    ) -> list[JsonObject] | None:
+        """Append items (complete, ids assigned; already-stored ids are referenced); returns the
+        stored items in order. Raises ``ValueError`` when an item is already in the
+        conversation (OpenAI's ``item_already_in_conversation``)."""
+        ...
+
+    async def list_conversation_items(
+        self, conversation_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page | None:
+        """``None`` when the conversation does not exist; raises ``KeyError`` for an unknown
+        ``after`` id."""
+        ...
+
+    async def get_conversation_item(
+        self, conversation_id: str, item_id: str
+    ) -> JsonObject | None: ...
+
+    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
+
+    async def aclose(self) -> None: ...

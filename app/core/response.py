@@ -189,16 +189,19 @@ def normalize_part(part: JsonObject) -> JsonObject:
     return part
 
 
-def normalize_item(item: JsonObject, *, status: str = "completed") -> JsonObject:
+def normalize_item(
+    item: JsonObject, *, status: str = "completed", fresh_id: bool = False
+) -> JsonObject:
     """Fill what a strict client validates on the item types the gateway knows, in place.
 
-    Unknown item types are returned untouched.
+    ``fresh_id`` gives the item a new gateway id (output items). Unknown item types are
+    returned untouched.
     """
     kind = item.get("type")
     prefix = ITEM_ID_PREFIXES.get(kind) if isinstance(kind, str) else None
     if prefix is None:
         return item
-    if not item.get("id"):
+    if fresh_id or not item.get("id"):
         item["id"] = new_id(prefix)
     if kind == "message":
         item.setdefault("role", "assistant")

@@ -1,4 +1,9 @@
-"""ResponsesService: create a response, as one JSON object or as one event stream."""
+"""ResponsesService: create, retrieve and delete responses; owns persistence.
+
+A create rehydrates the history (``core.history``), calls the upstream, and stores the final
+response once, in one transaction, before the client sees it complete: the object returned by
+``GET /v1/responses/{id}`` is the one the client received.
+"""
 
 from __future__ import annotations
 
@@ -9,38 +14,57 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.history import History, rehydrate
 from app.core.ids import new_id
-from app.core.ports import Upstream, UpstreamEventStream
+from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
 from app.core.response import build_response, normalize_item, normalize_usage
 from app.core.stream import ResponseLifecycle
-from app.errors import GatewayError, UpstreamProtocolError
+from app.errors import CursorNotFoundError, GatewayError, NotFoundError, UpstreamProtocolError
 
 logger = logging.getLogger(__name__)
 
 JsonObject = dict[str, Any]
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
+_STORED_STATUSES = frozenset({"completed", "incomplete"})
+_STATE_FIELDS = ("previous_response_id", "conversation")
 
 
 class ResponsesService:
     """The domain entry point the API layer calls; owns the lifecycle of every response."""
 
-    def __init__(self, upstream: Upstream, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        upstream: Upstream,
+        store: ResponseStore,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.upstream = upstream
+        self.store = store
         self._clock = clock
 
-    def _upstream_body(self, body: JsonObject) -> JsonObject:
-        """What is sent upstream for a client request (history and tools join here later)."""
-        return body
+    # ------------------------------------------------------------------ create
+
+    async def _prepare(self, body: JsonObject) -> tuple[History, JsonObject]:
+        """Rehydrate; the upstream body is the client's own unless history joins it."""
+        history = await rehydrate(self.store, body)
+        referenced = len(history.new_input_items) != len(history.input_items)
+        if not history.stateful and not referenced:
+            return history, body
+        upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
+        upstream_body["input"] = history.upstream_input()
+        return history, upstream_body
 
     async def create(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
-        """Non-streaming create: the final Response object."""
+        """Non-streaming create: the final Response object (stored unless ``store`` is false)."""
         response_id = new_id("resp")
         created_at = int(self._clock())
-        data = await self.upstream.create_response(self._upstream_body(body), headers)
+        history, upstream_body = await self._prepare(body)
+        data = await self.upstream.create_response(upstream_body, headers)
         raw_output = data.get("output")
         output = [
-            normalize_item(copy.deepcopy(item))
+            normalize_item(copy.deepcopy(item), fresh_id=True)
             for item in (raw_output if isinstance(raw_output, list) else [])
             if isinstance(item, dict)
         ]
@@ -48,7 +72,7 @@ class ResponsesService:
         status = status if status in _FINAL_STATUSES else "completed"
         error = data.get("error")
         details = data.get("incomplete_details")
-        return build_response(
+        response = build_response(
             request=body,
             response_id=response_id,
             created_at=created_at,
@@ -60,23 +84,28 @@ class ResponsesService:
             incomplete_details=details if isinstance(details, dict) else None,
             completed_at=self._completed_at(status),
         )
+        await self._persist(body, history, response)
+        return response
 
     async def open_stream(
         self, body: JsonObject, headers: Mapping[str, str]
     ) -> AsyncIterator[JsonObject]:
         """Start a streaming create.
 
-        Raises before returning when the upstream cannot start (so the client gets an HTTP
-        error); afterwards every failure becomes an ``error`` event and ``response.failed``.
+        Raises before returning when the request is invalid or the upstream cannot start (so
+        the client gets an HTTP error); afterwards every failure becomes an ``error`` event and
+        ``response.failed``.
         """
         response_id = new_id("resp")
         created_at = int(self._clock())
-        upstream_events = await self.upstream.stream_response(self._upstream_body(body), headers)
-        return self._stream(body, upstream_events, response_id, created_at)
+        history, upstream_body = await self._prepare(body)
+        upstream_events = await self.upstream.stream_response(upstream_body, headers)
+        return self._stream(body, history, upstream_events, response_id, created_at)
 
     async def _stream(
         self,
         body: JsonObject,
+        history: History,
         upstream_events: UpstreamEventStream,
         response_id: str,
         created_at: int,
@@ -99,6 +128,7 @@ class ResponsesService:
             for event in lifecycle.opening(snapshot("in_progress", usage=None)):
                 yield event
             failure: JsonObject | None = None
+            final: JsonObject | None = None
             try:
                 async for upstream_event in upstream_events:
                     for event in accumulator.feed(upstream_event):
@@ -109,33 +139,91 @@ class ResponsesService:
                     raise UpstreamProtocolError(
                         "the upstream stream ended before the response was complete"
                     )
+                if accumulator.status == "failed":
+                    failure = accumulator.error or {
+                        "code": "upstream_error",
+                        "message": "the upstream reported a failed response",
+                    }
+                else:
+                    status = accumulator.status or "completed"
+                    final = snapshot(
+                        status,
+                        usage=accumulator.usage,
+                        incomplete_details=accumulator.incomplete_details,
+                        completed_at=self._completed_at(status),
+                    )
+                    await self._persist(body, history, final)
             except GatewayError as exc:
                 failure = {"code": exc.code or exc.type, "message": exc.message}
             except Exception as exc:  # a bug must not cut the stream silently
                 logger.exception("stream failed", extra={"response_id": response_id})
                 failure = {"code": "server_error", "message": f"internal error: {exc!r}"}
-            if failure is None and accumulator.status == "failed":
-                failure = accumulator.error or {
-                    "code": "upstream_error",
-                    "message": "the upstream reported a failed response",
-                }
             if failure is not None:
                 for event in accumulator.finish("incomplete"):
                     yield lifecycle.stamp(event)
-                final = snapshot("failed", usage=accumulator.usage, error=failure)
-                for event in lifecycle.failure(failure, final):
+                failed = snapshot("failed", usage=accumulator.usage, error=failure)
+                for event in lifecycle.failure(failure, failed):
                     yield event
                 return
-            status = accumulator.status or "completed"
-            final = snapshot(
-                status,
-                usage=accumulator.usage,
-                incomplete_details=accumulator.incomplete_details,
-                completed_at=self._completed_at(status),
-            )
+            assert final is not None
             yield lifecycle.closing(final)
         finally:
             await upstream_events.aclose()
 
+    async def _persist(self, body: JsonObject, history: History, response: JsonObject) -> None:
+        """Store a final response and its items in one transaction (OpenAI: ``store`` defaults
+        to true; failed responses and ``store: false`` write nothing)."""
+        if body.get("store") is False or response["status"] not in _STORED_STATUSES:
+            return
+        try:
+            await self._save(history, response)
+        except KeyError:
+            # The conversation was deleted while the response was being generated.
+            raise NotFoundError(
+                f"Conversation with id '{history.conversation_id}' not found.",
+                param="conversation",
+            ) from None
+
+    async def _save(self, history: History, response: JsonObject) -> None:
+        await self.store.save_response(
+            NewResponse(
+                response=response,
+                history_ids=history.history_ids,
+                input_item_ids=[str(item["id"]) for item in history.input_items],
+                new_items=[*history.new_input_items, *response["output"]],
+                conversation_id=history.conversation_id,
+            )
+        )
+
     def _completed_at(self, status: str) -> int | None:
         return int(self._clock()) if status in ("completed", "incomplete") else None
+
+    # ------------------------------------------------------------------ retrieve / delete
+
+    async def get(self, response_id: str) -> JsonObject:
+        stored = await self.store.get_response(response_id)
+        if stored is None:
+            raise _response_not_found(response_id)
+        return stored.response
+
+    async def delete(self, response_id: str) -> JsonObject:
+        if not await self.store.delete_response(response_id):
+            raise _response_not_found(response_id)
+        return {"id": response_id, "object": "response", "deleted": True}
+
+    async def input_items(
+        self, response_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page:
+        try:
+            page = await self.store.list_input_items(
+                response_id, after=after, limit=limit, order=order
+            )
+        except KeyError:
+            raise CursorNotFoundError(f"No item found with id '{after}'", param="after") from None
+        if page is None:
+            raise _response_not_found(response_id)
+        return page
+
+
+def _response_not_found(response_id: str) -> NotFoundError:
+    return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")

@@ -7,8 +7,10 @@ from fastapi import APIRouter, Request
 from starlette.responses import Response
 
 from app.api.body import read_json_object, validate
+from app.api.pagination import list_object, page_params
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
+from app.protocol.metadata import check_metadata
 from app.protocol.requests import CreateResponseRequest
 
 router = APIRouter()
@@ -27,9 +29,31 @@ async def create_response(request: Request) -> Response:
     state = gateway_state(request)
     body = await read_json_object(request, state.settings.max_body_bytes)
     parsed = validate(CreateResponseRequest, body)
+    check_metadata(body.get("metadata"), "metadata")
     headers = client_headers(request)
     if parsed.stream:
         events = await state.service.open_stream(body, headers)
         return event_stream_response(events)
     response = await state.service.create(body, headers)
     return Response(orjson.dumps(response), media_type="application/json")
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(request: Request, response_id: str) -> Response:
+    response = await gateway_state(request).service.get(response_id)
+    return Response(orjson.dumps(response), media_type="application/json")
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(request: Request, response_id: str) -> Response:
+    deleted = await gateway_state(request).service.delete(response_id)
+    return Response(orjson.dumps(deleted), media_type="application/json")
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(request: Request, response_id: str) -> Response:
+    params = page_params(request)
+    page = await gateway_state(request).service.input_items(
+        response_id, after=params.after, limit=params.limit, order=params.order
+    )
+    return Response(orjson.dumps(list_object(page)), media_type="application/json")

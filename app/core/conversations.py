@@ -1,0 +1,100 @@
+"""ConversationsService: the Conversations API (``/v1/conversations``) over the ResponseStore.
+
+Items added to a conversation get OpenAI's canonical shape and ids from ``core.history`` (a
+client-chosen id must carry its type's prefix; an id that is already stored is a reference to
+that item, whose stored payload is what the conversation holds). Responses created with
+``conversation`` are appended by ``ResponsesService``, not here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.core.history import resolve_items
+from app.core.ports import Page, ResponseStore
+from app.errors import CursorNotFoundError, InvalidRequestError, NotFoundError
+
+JsonObject = dict[str, Any]
+
+
+class ConversationsService:
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+
+    # ------------------------------------------------------------------ conversations
+
+    async def create(self, metadata: dict[str, str], raw_items: list[JsonObject]) -> JsonObject:
+        items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True)
+        conversation = await self.store.create_conversation(metadata, items)
+        return conversation.to_object()
+
+    async def get(self, conversation_id: str) -> JsonObject:
+        conversation = await self.store.get_conversation(conversation_id)
+        if conversation is None:
+            raise conversation_not_found(conversation_id)
+        return conversation.to_object()
+
+    async def update(self, conversation_id: str, metadata: dict[str, str]) -> JsonObject:
+        conversation = await self.store.update_conversation(conversation_id, metadata)
+        if conversation is None:
+            raise conversation_not_found(conversation_id)
+        return conversation.to_object()
+
+    async def delete(self, conversation_id: str) -> JsonObject:
+        if not await self.store.delete_conversation(conversation_id):
+            raise conversation_not_found(conversation_id)
+        return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
+
+    # ------------------------------------------------------------------ items
+
+    async def add_items(self, conversation_id: str, raw_items: list[JsonObject]) -> Page:
+        """Append items; the page lists them as stored (a referenced id lists its stored item)."""
+        items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True)
+        try:
+            stored = await self.store.append_conversation_items(conversation_id, items)
+        except ValueError:
+            raise InvalidRequestError(
+                "Item already in conversation",
+                param="items",
+                code="item_already_in_conversation",
+            ) from None
+        if stored is None:
+            raise conversation_not_found(conversation_id)
+        return Page(items=stored, has_more=False)
+
+    async def list_items(
+        self, conversation_id: str, *, after: str | None, limit: int, order: str
+    ) -> Page:
+        try:
+            page = await self.store.list_conversation_items(
+                conversation_id, after=after, limit=limit, order=order
+            )
+        except KeyError:
+            raise CursorNotFoundError(f"No item found with id '{after}'", param="after") from None
+        if page is None:
+            raise conversation_not_found(conversation_id)
+        return page
+
+    async def get_item(self, conversation_id: str, item_id: str) -> JsonObject:
+        item = await self.store.get_conversation_item(conversation_id, item_id)
+        if item is None:
+            await self.get(conversation_id)  # a missing conversation is the error to report
+            raise item_not_found(item_id)
+        return item
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> JsonObject:
+        """Remove an item from the conversation; OpenAI answers with the conversation."""
+        if not await self.store.delete_conversation_item(conversation_id, item_id):
+            await self.get(conversation_id)
+            raise item_not_found(item_id)
+        return await self.get(conversation_id)
+
+
+def conversation_not_found(conversation_id: str) -> NotFoundError:
+    return NotFoundError(
+        f"Conversation with id '{conversation_id}' not found.", param="conversation_id"
+    )
+
+
+def item_not_found(item_id: str) -> NotFoundError:
+    return NotFoundError(f"Item with id '{item_id}' not found.", param="item_id")
