@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.history import resolve_items
+from app.core.paging import page_or_raise
 from app.core.ports import Page, ResponseStore
-from app.errors import CursorNotFoundError, InvalidRequestError, NotFoundError
+from app.errors import InvalidRequestError, NotFoundError
 
 JsonObject = dict[str, Any]
 
@@ -65,15 +66,10 @@ class ConversationsService:
     async def list_items(
         self, conversation_id: str, *, after: str | None, limit: int, order: str
     ) -> Page:
-        try:
-            page = await self.store.list_conversation_items(
-                conversation_id, after=after, limit=limit, order=order
-            )
-        except KeyError:
-            raise CursorNotFoundError(f"No item found with id '{after}'", param="after") from None
-        if page is None:
-            raise conversation_not_found(conversation_id)
-        return page
+        lookup = self.store.list_conversation_items(
+            conversation_id, after=after, limit=limit, order=order
+        )
+        return await page_or_raise(lookup, after, conversation_not_found(conversation_id))
 
     async def get_item(self, conversation_id: str, item_id: str) -> JsonObject:
         item = await self.store.get_conversation_item(conversation_id, item_id)

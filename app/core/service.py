@@ -16,10 +16,11 @@ from typing import Any
 from app.core.accumulator import ResponseAccumulator
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
+from app.core.paging import page_or_raise
 from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
 from app.core.response import build_response, normalize_item, normalize_usage
 from app.core.stream import ResponseLifecycle
-from app.errors import CursorNotFoundError, GatewayError, NotFoundError, UpstreamProtocolError
+from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
 
 logger = logging.getLogger(__name__)
 
@@ -214,15 +215,8 @@ class ResponsesService:
     async def input_items(
         self, response_id: str, *, after: str | None, limit: int, order: str
     ) -> Page:
-        try:
-            page = await self.store.list_input_items(
-                response_id, after=after, limit=limit, order=order
-            )
-        except KeyError:
-            raise CursorNotFoundError(f"No item found with id '{after}'", param="after") from None
-        if page is None:
-            raise _response_not_found(response_id)
-        return page
+        lookup = self.store.list_input_items(response_id, after=after, limit=limit, order=order)
+        return await page_or_raise(lookup, after, _response_not_found(response_id))
 
 
 def _response_not_found(response_id: str) -> NotFoundError:
