@@ -39,11 +39,16 @@ class GroupCommitter(Generic[T]):
         self._max_writers = max_writers
         self._pending: list[tuple[T, asyncio.Future[None]]] = []
         self._writers: set[asyncio.Task[None]] = set()
+        # Writers still draining; decremented by the writer itself when it finds the queue
+        # empty (not by a done callback, which runs later: a submission in between would
+        # see a finished writer as running and wait forever).
+        self._draining = 0
 
     async def submit(self, entry: T) -> None:
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((entry, future))
-        if len(self._writers) < self._max_writers:
+        if self._draining < self._max_writers:
+            self._draining += 1
             task = asyncio.create_task(self._drain())
             self._writers.add(task)
             task.add_done_callback(self._writers.discard)
@@ -55,6 +60,12 @@ class GroupCommitter(Generic[T]):
             await asyncio.gather(*self._writers, return_exceptions=True)
 
     async def _drain(self) -> None:
+        try:
+            await self._drain_queue()
+        finally:
+            self._draining -= 1
+
+    async def _drain_queue(self) -> None:
         while self._pending:
             batch = [entry for entry in self._pending[: self._max_batch] if not entry[1].done()]
             del self._pending[: self._max_batch]

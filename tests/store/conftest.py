@@ -1,0 +1,130 @@
+"""The same store tests on SQLite (a file under tmp_path) and on a real PostgreSQL server.
+
+PostgreSQL: ``RESPGATE_TEST_POSTGRES_URL`` (default
+``postgresql+asyncpg://postgres@127.0.0.1:5432/test``). The session creates a scratch schema
+(``respgate_test_<random>``), every engine of the tests works in it (``search_path``), each
+test starts from empty tables, and the schema is dropped at the end. When the server does not
+answer, the PostgreSQL cases are skipped, unless ``CI`` is set: then they fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.store.engine import create_engine_for, create_schema
+from app.store.sql import SqlResponseStore
+from app.store.tables import metadata
+
+POSTGRES_URL = os.environ.get(
+    "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+
+
+@dataclass
+class Postgres:
+    url: str
+    schema: str
+
+
+def _admin(url: str, statement: str) -> None:
+    """Run one statement on its own engine and event loop (in a thread: the session fixture
+    may be set up from inside a running test loop)."""
+
+    async def run() -> None:
+        engine = create_engine_for(url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(text(statement))
+        finally:
+            await engine.dispose()
+
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(lambda: asyncio.run(asyncio.wait_for(run(), 10))).result()
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    schema = f"respgate_test_{uuid.uuid4().hex[:12]}"
+    try:
+        _admin(POSTGRES_URL, f"CREATE SCHEMA {schema}")
+    except Exception as exc:
+        message = f"PostgreSQL at {POSTGRES_URL} is not usable: {exc!r}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield Postgres(POSTGRES_URL, schema)
+    finally:
+        _admin(POSTGRES_URL, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def _in_schema(engine: AsyncEngine, schema: str) -> AsyncEngine:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _search_path(dbapi_connection: Any, _record: Any) -> None:
+        # SQLAlchemy's recipe: outside a transaction, or a later ROLLBACK undoes the SET.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"SET SESSION search_path TO {schema}")
+        cursor.close()
+        dbapi_connection.autocommit = autocommit
+
+    return engine
+
+
+@dataclass
+class Backend:
+    """Makes engines on one test database; ``new_store()`` can be called several times
+    (several stores on the same database, as several gateway processes would be)."""
+
+    name: str
+    make_engine: Callable[[], AsyncEngine]
+    stores: list[SqlResponseStore]
+    inline_reads: bool = True
+
+    def new_store(self) -> SqlResponseStore:
+        store = SqlResponseStore(self.make_engine(), inline_reads=self.inline_reads)
+        self.stores.append(store)
+        return store
+
+
+@pytest.fixture(params=["sqlite", "sqlite_no_inline", "postgres"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """``sqlite``: reads inline (the default); ``sqlite_no_inline``: every read through
+    aiosqlite, as when the database is busy or a read is big."""
+    if request.param.startswith("sqlite"):
+        url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
+        inline = request.param == "sqlite"
+        backend = Backend("sqlite", lambda: create_engine_for(url), [], inline)
+        setup = backend.make_engine()
+        await create_schema(setup)
+    else:
+        pg: Postgres = request.getfixturevalue("postgres")
+        backend = Backend("postgres", lambda: _in_schema(create_engine_for(pg.url), pg.schema), [])
+        setup = backend.make_engine()
+        await create_schema(setup)
+        async with setup.begin() as conn:
+            names = ", ".join(table.name for table in metadata.sorted_tables)
+            await conn.execute(text(f"TRUNCATE {names}"))
+    await setup.dispose()
+    try:
+        yield backend
+    finally:
+        for store in backend.stores:
+            await store.aclose()
+
+
+@pytest.fixture
+def store(backend: Backend) -> SqlResponseStore:
+    return backend.new_store()

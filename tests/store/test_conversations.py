@@ -1,0 +1,392 @@
+"""Conversations and their items (SQLite and PostgreSQL), after OpenAI's recorded behaviour
+(``shared/cassettes/upstream/conversations/conversations-*-openai.yaml``)."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import func, select
+
+from app.core.ports import JsonObject
+from app.store.sql import SqlResponseStore
+from app.store.tables import conversation_items, conversations
+from tests.store.builders import ids, message, output_ids, turn
+from tests.store.conftest import Backend
+
+
+async def rows_of(backend: Backend, conversation_id: str) -> list[tuple[int, str]]:
+    """(position, item_id) rows of a conversation, by position."""
+    engine = backend.make_engine()
+    try:
+        async with engine.connect() as conn:
+            result = await conn.execute(
+                select(conversation_items.c.position, conversation_items.c.item_id)
+                .where(conversation_items.c.conversation_id == conversation_id)
+                .order_by(conversation_items.c.position)
+            )
+            return [(int(row[0]), str(row[1])) for row in result]
+    finally:
+        await engine.dispose()
+
+
+async def walk(
+    store: SqlResponseStore, conversation_id: str, order: str, limit: int
+) -> list[JsonObject]:
+    seen: list[JsonObject] = []
+    after = None
+    while True:
+        page = await store.list_conversation_items(
+            conversation_id, after=after, limit=limit, order=order
+        )
+        assert page is not None
+        assert len(page.items) <= limit
+        seen += page.items
+        if not page.has_more:
+            return seen
+        after = seen[-1]["id"]
+
+
+async def test_create_get_update_delete(backend: Backend, store: SqlResponseStore) -> None:
+    created = await store.create_conversation({"topic": "demo", "a": "1"}, [])
+    assert created.id.startswith("conv_")
+    assert created.to_object() == {
+        "id": created.id,
+        "object": "conversation",
+        "created_at": created.created_at,
+        "metadata": {"topic": "demo", "a": "1"},
+    }
+    assert await store.get_conversation(created.id) == created
+    assert await store.conversation_items(created.id) == []
+
+    updated = await store.update_conversation(created.id, {"b": "2"})
+    assert updated is not None
+    assert updated.metadata == {"b": "2"} and updated.created_at == created.created_at
+    assert await store.get_conversation(created.id) == updated
+
+    assert await store.delete_conversation(created.id) is True
+    assert await store.get_conversation(created.id) is None
+    assert await store.conversation_items(created.id) is None
+    assert await store.delete_conversation(created.id) is False
+
+
+async def test_missing_conversation(store: SqlResponseStore) -> None:
+    missing = "conv_missing"
+    assert await store.get_conversation(missing) is None
+    assert await store.update_conversation(missing, {"a": "b"}) is None
+    assert await store.delete_conversation(missing) is False
+    assert await store.conversation_items(missing) is None
+    assert await store.append_conversation_items(missing, [message("x")]) is None
+    assert await store.list_conversation_items(missing, after=None, limit=5, order="asc") is None
+    assert await store.get_conversation_item(missing, "msg_x") is None
+    assert await store.delete_conversation_item(missing, "msg_x") is False
+
+
+async def test_append_to_missing_conversation_writes_nothing(store: SqlResponseStore) -> None:
+    item = message("lost")
+    assert await store.append_conversation_items("conv_missing", [item]) is None
+    assert await store.existing_item_ids([item["id"]]) == set()
+
+
+async def test_metadata_key_order_is_kept(store: SqlResponseStore) -> None:
+    created = await store.create_conversation({"z": "1", "a": "2", "m": "3"}, [])
+    fetched = await store.get_conversation(created.id)
+    assert fetched is not None and list(fetched.metadata) == ["z", "a", "m"]
+
+
+async def test_create_with_items_keeps_order(store: SqlResponseStore) -> None:
+    items = [message("one"), message("two", "assistant"), message("three")]
+    created = await store.create_conversation({}, items)
+    assert await store.conversation_items(created.id) == items
+
+
+async def test_create_with_an_existing_item_references_it(store: SqlResponseStore) -> None:
+    original = message("original")
+    await store.create_conversation({}, [original])
+    copy = {**original, "content": [{"type": "input_text", "text": "other"}]}
+    second = await store.create_conversation({}, [copy, message("new")])
+    listed = await store.conversation_items(second.id)
+    assert listed is not None and listed[0] == original
+
+
+async def test_delete_conversation_removes_its_rows_only(
+    backend: Backend, store: SqlResponseStore
+) -> None:
+    keep = await store.create_conversation({}, [message("keep")])
+    gone = await store.create_conversation({}, [message("a"), message("b")])
+    gone_items = await store.conversation_items(gone.id)
+    assert gone_items is not None
+
+    assert await store.delete_conversation(gone.id) is True
+
+    assert await rows_of(backend, gone.id) == []
+    assert len(await rows_of(backend, keep.id)) == 1
+    # The items stay: responses' checkpoints may name them.
+    assert await store.load_items(ids(gone_items)) == gone_items
+    engine = backend.make_engine()
+    try:
+        async with engine.connect() as conn:
+            count = await conn.scalar(select(func.count()).select_from(conversations))
+    finally:
+        await engine.dispose()
+    assert count == 1
+
+
+async def test_append_returns_stored_payloads(store: SqlResponseStore) -> None:
+    # t13 of conversations-edge-cases-openai: appending an id that is already stored (from
+    # another conversation) returns and lists the STORED item, not the given payload.
+    stored = message("msg3")
+    first = await store.create_conversation({}, [stored])
+    second = await store.create_conversation({}, [])
+    probe = {**stored, "content": "Duplicate ID probe: first copy."}
+    fresh = message("fresh")
+
+    appended = await store.append_conversation_items(second.id, [probe, fresh])
+
+    assert appended == [stored, fresh]
+    assert await store.conversation_items(second.id) == [stored, fresh]
+    assert await store.conversation_items(first.id) == [stored]
+
+
+async def test_append_the_same_id_twice_in_one_call(
+    backend: Backend, store: SqlResponseStore
+) -> None:
+    # t16: two copies of one id in one request are both appended, both as the stored item.
+    stored = message("msg3")
+    await store.create_conversation({}, [stored])
+    target = await store.create_conversation({}, [])
+    first = {**stored, "content": "Duplicate ID probe: first copy."}
+    second = {**stored, "content": "Duplicate ID probe: second copy."}
+
+    appended = await store.append_conversation_items(target.id, [first, second])
+
+    assert appended == [stored, stored]
+    assert await store.conversation_items(target.id) == [stored, stored]
+    assert await rows_of(backend, target.id) == [(0, stored["id"]), (1, stored["id"])]
+    page = await store.list_conversation_items(target.id, after=None, limit=20, order="asc")
+    assert page is not None and page.items == [stored, stored]
+
+
+async def test_append_new_id_twice_in_one_call_stores_the_first(store: SqlResponseStore) -> None:
+    conversation = await store.create_conversation({}, [])
+    item = message("first copy")
+    again = {**item, "content": "second copy"}
+    appended = await store.append_conversation_items(conversation.id, [item, again])
+    assert appended == [item, item]
+
+
+async def test_append_an_item_already_in_the_conversation_fails_atomically(
+    backend: Backend, store: SqlResponseStore
+) -> None:
+    # t18: item_already_in_conversation, and nothing of that request is written.
+    present = message("msg3")
+    conversation = await store.create_conversation({}, [message("msg1"), present])
+    newcomer = message("never stored")
+
+    with pytest.raises(ValueError, match="item_already_in_conversation"):
+        await store.append_conversation_items(conversation.id, [newcomer, present])
+
+    assert await store.existing_item_ids([newcomer["id"]]) == set()
+    assert len(await rows_of(backend, conversation.id)) == 2
+    # Positions were not consumed either: the next append follows on.
+    later = message("later")
+    assert await store.append_conversation_items(conversation.id, [later]) == [later]
+    assert [row[0] for row in await rows_of(backend, conversation.id)] == [0, 1, 2]
+
+
+async def test_append_nothing(store: SqlResponseStore) -> None:
+    conversation = await store.create_conversation({}, [message("a")])
+    assert await store.append_conversation_items(conversation.id, []) == []
+    assert len(await store.conversation_items(conversation.id) or []) == 1
+
+
+class TestListItems:
+    async def _conversation(self, store: SqlResponseStore, count: int = 5) -> list[JsonObject]:
+        items = [message(f"m{i}", "user" if i % 2 == 0 else "assistant") for i in range(count)]
+        conversation = await store.create_conversation({}, items[:2])
+        assert await store.append_conversation_items(conversation.id, items[2:]) == items[2:]
+        self.conversation_id = conversation.id
+        return items
+
+    async def test_orders(self, store: SqlResponseStore) -> None:
+        items = await self._conversation(store)
+        for order, expected in (("asc", items), ("desc", items[::-1])):
+            page = await store.list_conversation_items(
+                self.conversation_id, after=None, limit=20, order=order
+            )
+            assert page is not None
+            assert page.items == expected and page.has_more is False
+
+    async def test_limit_and_has_more(self, store: SqlResponseStore) -> None:
+        # t9 of conversations-edge-cases-openai: limit=2 of 3 (desc) -> msg3, msg2, has_more.
+        items = await self._conversation(store, 3)
+        page = await store.list_conversation_items(
+            self.conversation_id, after=None, limit=2, order="desc"
+        )
+        assert page is not None
+        assert page.items == [items[2], items[1]] and page.has_more is True
+        page = await store.list_conversation_items(
+            self.conversation_id, after=None, limit=3, order="desc"
+        )
+        assert page is not None and page.has_more is False
+
+    async def test_after(self, store: SqlResponseStore) -> None:
+        # conversations-pagination-openai t6 / t9
+        items = await self._conversation(store, 3)
+        page = await store.list_conversation_items(
+            self.conversation_id, after=items[1]["id"], limit=2, order="asc"
+        )
+        assert page is not None
+        assert page.items == [items[2]] and page.has_more is False
+        page = await store.list_conversation_items(
+            self.conversation_id, after=items[1]["id"], limit=2, order="desc"
+        )
+        assert page is not None
+        assert page.items == [items[0]] and page.has_more is False
+        page = await store.list_conversation_items(
+            self.conversation_id, after=items[2]["id"], limit=2, order="asc"
+        )
+        assert page is not None
+        assert page.items == [] and page.has_more is False
+
+    @pytest.mark.parametrize("limit", [1, 2, 3, 7, 100])
+    async def test_walking_pages_lists_everything_once(
+        self, store: SqlResponseStore, limit: int
+    ) -> None:
+        items = await self._conversation(store, 7)
+        assert await walk(store, self.conversation_id, "asc", limit) == items
+        assert await walk(store, self.conversation_id, "desc", limit) == items[::-1]
+
+    async def test_unknown_after(self, store: SqlResponseStore) -> None:
+        await self._conversation(store)
+        with pytest.raises(KeyError):
+            await store.list_conversation_items(
+                self.conversation_id, after="msg_unknown", limit=2, order="asc"
+            )
+
+    async def test_after_an_item_of_another_conversation(self, store: SqlResponseStore) -> None:
+        await self._conversation(store)
+        other = await store.create_conversation({}, [message("elsewhere")])
+        other_items = await store.conversation_items(other.id)
+        assert other_items is not None
+        with pytest.raises(KeyError):
+            await store.list_conversation_items(
+                self.conversation_id, after=other_items[0]["id"], limit=2, order="asc"
+            )
+
+    async def test_empty(self, store: SqlResponseStore) -> None:
+        conversation = await store.create_conversation({}, [])
+        page = await store.list_conversation_items(
+            conversation.id, after=None, limit=20, order="desc"
+        )
+        assert page is not None and page.items == [] and page.has_more is False
+
+    async def test_repeated_item_pages_terminate(self, store: SqlResponseStore) -> None:
+        stored = message("twice")
+        conversation = await store.create_conversation({}, [stored, stored, message("end")])
+        # ``after`` names an id, not a position: the cursor is its last occurrence in the
+        # order asked for, so paging always moves forward and ends.
+        for order in ("asc", "desc"):
+            listed = await walk(store, conversation.id, order, 1)
+            assert 1 <= len(listed) <= 3
+
+
+class TestItem:
+    async def test_get(self, store: SqlResponseStore) -> None:
+        item = message("hello")
+        conversation = await store.create_conversation({}, [item])
+        other = await store.create_conversation({}, [])
+        assert await store.get_conversation_item(conversation.id, item["id"]) == item
+        assert await store.get_conversation_item(conversation.id, "msg_missing") is None
+        # Stored, but not in that conversation.
+        assert await store.get_conversation_item(other.id, item["id"]) is None
+
+    async def test_delete(self, backend: Backend, store: SqlResponseStore) -> None:
+        # conversations-deletion-openai / edge-cases t10-t11: the item leaves the list, an
+        # ``after`` naming it is then unknown; the payload stays stored.
+        items = [message("msg1"), message("msg2"), message("msg3")]
+        conversation = await store.create_conversation({}, items)
+
+        assert await store.delete_conversation_item(conversation.id, items[1]["id"]) is True
+
+        assert await store.conversation_items(conversation.id) == [items[0], items[2]]
+        page = await store.list_conversation_items(
+            conversation.id, after=None, limit=20, order="asc"
+        )
+        assert page is not None and page.items == [items[0], items[2]]
+        with pytest.raises(KeyError):
+            await store.list_conversation_items(
+                conversation.id, after=items[1]["id"], limit=2, order="desc"
+            )
+        assert await store.get_conversation_item(conversation.id, items[1]["id"]) is None
+        assert await store.delete_conversation_item(conversation.id, items[1]["id"]) is False
+        assert await store.load_items([items[1]["id"]]) == [items[1]]
+
+    async def test_delete_removes_every_occurrence(
+        self, backend: Backend, store: SqlResponseStore
+    ) -> None:
+        twice = message("twice")
+        other = message("other")
+        conversation = await store.create_conversation({}, [twice, other, twice])
+        assert await store.delete_conversation_item(conversation.id, twice["id"]) is True
+        assert await rows_of(backend, conversation.id) == [(1, other["id"])]
+        # Deleted, the item may be appended again.
+        assert await store.append_conversation_items(conversation.id, [twice]) == [twice]
+        assert await store.conversation_items(conversation.id) == [other, twice]
+
+
+class TestResponsesInConversations:
+    async def test_save_appends_input_then_output(
+        self, backend: Backend, store: SqlResponseStore
+    ) -> None:
+        seed = [message("before")]
+        conversation = await store.create_conversation({}, seed)
+        new = turn(
+            "question",
+            history_ids=ids(seed),
+            conversation_id=conversation.id,
+            inputs=[message("q1"), message("q2")],
+            outputs=[message("a1", "assistant"), message("a2", "assistant")],
+        )
+
+        await store.save_response(new)
+
+        listed = await store.conversation_items(conversation.id)
+        assert listed == [*seed, *new.new_items]
+        assert [row[0] for row in await rows_of(backend, conversation.id)] == [0, 1, 2, 3, 4]
+        stored = await store.get_response(new.response["id"])
+        assert stored is not None
+        assert stored.conversation_id == conversation.id
+        assert stored.checkpoint_ids == [*ids(seed), *new.input_item_ids, *output_ids(new)]
+        assert stored.response["conversation"] == {"id": conversation.id}
+
+    async def test_save_appends_referenced_items_too(self, store: SqlResponseStore) -> None:
+        conversation = await store.create_conversation({}, [])
+        elsewhere = message("stored elsewhere")
+        await store.save_response(turn(inputs=[elsewhere]))
+        new = turn("x", conversation_id=conversation.id, stored_inputs=[elsewhere])
+        await store.save_response(new)
+        listed = await store.conversation_items(conversation.id)
+        assert listed == [elsewhere, *new.new_items]
+
+    async def test_save_to_a_missing_conversation_writes_nothing(
+        self, backend: Backend, store: SqlResponseStore
+    ) -> None:
+        # Deleted between rehydration and persistence: the whole save rolls back.
+        conversation = await store.create_conversation({}, [])
+        await store.delete_conversation(conversation.id)
+        new = turn("x", conversation_id=conversation.id)
+
+        with pytest.raises(KeyError, match="conversation_not_found"):
+            await store.save_response(new)
+
+        assert await store.get_response(new.response["id"]) is None
+        assert await store.existing_item_ids(ids(new.new_items)) == set()
+        assert await rows_of(backend, conversation.id) == []
+
+    async def test_deleting_a_response_keeps_the_conversation(
+        self, store: SqlResponseStore
+    ) -> None:
+        conversation = await store.create_conversation({}, [])
+        new = turn("x", conversation_id=conversation.id)
+        await store.save_response(new)
+        assert await store.delete_response(new.response["id"]) is True
+        assert await store.conversation_items(conversation.id) == new.new_items
