@@ -90,6 +90,7 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
+    app.router.routes.extend(responses.HOT_ROUTES)
     app.include_router(responses.router)
     app.include_router(conversations.router)
     app.include_router(models.router)

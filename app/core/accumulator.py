@@ -20,11 +20,11 @@ Sequence numbers are not assigned here: ``core.stream.ResponseLifecycle`` number
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from app.core.ids import new_id
+from app.core.jsoncopy import clone
 from app.core.response import normalize_item, normalize_part, normalize_usage
 from app.protocol import events as ev
 from app.protocol.items import ITEM_ID_PREFIXES
@@ -186,9 +186,9 @@ class ResponseAccumulator:
                 if ours.get("type") == item.get("type"):
                     for key, value in item.items():
                         if key not in ours:
-                            ours[key] = copy.deepcopy(value)
+                            ours[key] = clone(value)
                 continue
-            events.extend(self._emit_whole_item(copy.deepcopy(item), None, item_status))
+            events.extend(self._emit_whole_item(clone(item), None, item_status))
         return events
 
     # ------------------------------------------------------------------ items
@@ -200,7 +200,7 @@ class ResponseAccumulator:
         existing = self._find(item.get("id"), event.get("output_index"), item.get("type"))
         if existing is not None and existing.open:
             return []  # a repeated ``added`` for an item already open
-        item = copy.deepcopy(item)
+        item = clone(item)
         if item.get("type") in ITEM_ID_PREFIXES:
             item["status"] = "in_progress"
             if item.get("type") == "message" and not isinstance(item.get("content"), list):
@@ -216,7 +216,7 @@ class ResponseAccumulator:
         item = event.get("item")
         if not isinstance(item, dict):
             return []
-        item = copy.deepcopy(item)
+        item = clone(item)
         slot = self._find(item.get("id"), event.get("output_index"), item.get("type"))
         if slot is None:
             # Only ``done`` arrived: open it, replay its content, close it.
@@ -247,7 +247,7 @@ class ResponseAccumulator:
         added = {
             "type": ev.OUTPUT_ITEM_ADDED,
             "output_index": self.output_offset + slot.index,
-            "item": copy.deepcopy(item),
+            "item": clone(item),
         }
         return slot, [added]
 
@@ -278,7 +278,7 @@ class ResponseAccumulator:
             {
                 "type": ev.OUTPUT_ITEM_DONE,
                 "output_index": self.output_offset + slot.index,
-                "item": copy.deepcopy(item),
+                "item": clone(item),
             }
         )
         return events
@@ -298,7 +298,7 @@ class ResponseAccumulator:
                 if kind == "output_text":
                     done["logprobs"] = part.get("logprobs") or []
                 events.append(done)
-            events.append({"type": ev.CONTENT_PART_DONE, **base, "part": copy.deepcopy(part)})
+            events.append({"type": ev.CONTENT_PART_DONE, **base, "part": clone(part)})
             slot.part_done.add(position)
         return events
 
@@ -339,14 +339,12 @@ class ResponseAccumulator:
         slot.parts[-1 - position] = position  # synthetic key: never an upstream index
         kind = part.get("type")
         text = part.get("text") if isinstance(part.get("text"), str) else None
-        start = normalize_part(copy.deepcopy(part))
+        start = normalize_part(clone(part))
         if text is not None:
             start["text"] = ""
         content.append(start)
         base = self._address(slot, position)
-        events: list[JsonObject] = [
-            {"type": ev.CONTENT_PART_ADDED, **base, "part": copy.deepcopy(start)}
-        ]
+        events: list[JsonObject] = [{"type": ev.CONTENT_PART_ADDED, **base, "part": clone(start)}]
         if text is not None and kind in ("output_text", "reasoning_text"):
             delta_type = ev.OUTPUT_TEXT_DELTA if kind == "output_text" else ev.REASONING_TEXT_DELTA
             if text:
@@ -354,14 +352,14 @@ class ResponseAccumulator:
                 if kind == "output_text":
                     delta["logprobs"] = []
                 events.append(delta)
-        content[position] = normalize_part(copy.deepcopy(part))
+        content[position] = normalize_part(clone(part))
         return events
 
     # ------------------------------------------------------------------ content parts
 
     def _on_part_added(self, event: JsonObject) -> list[JsonObject]:
         part = event.get("part")
-        part = copy.deepcopy(part) if isinstance(part, dict) else {"type": "output_text"}
+        part = clone(part) if isinstance(part, dict) else {"type": "output_text"}
         kind = part.get("type")
         owner = _PART_OWNER.get(kind if isinstance(kind, str) else "", "message")
         slot, events = self._slot_for(event, owner)
@@ -379,13 +377,13 @@ class ResponseAccumulator:
         slot.parts[key] = position
         out = _copy_event(event, ev.CONTENT_PART_ADDED)
         out.update(self._address(slot, position))
-        out["part"] = copy.deepcopy(content[position])
+        out["part"] = clone(content[position])
         events.append(out)
         return events
 
     def _on_part_done(self, event: JsonObject) -> list[JsonObject]:
         part = event.get("part")
-        part = copy.deepcopy(part) if isinstance(part, dict) else {}
+        part = clone(part) if isinstance(part, dict) else {}
         kind = part.get("type") or "output_text"
         owner = _PART_OWNER.get(kind, "message")
         slot, events = self._slot_for(event, owner)
@@ -403,7 +401,7 @@ class ResponseAccumulator:
         slot.part_done.add(position)
         out = _copy_event(event, ev.CONTENT_PART_DONE)
         out.update(self._address(slot, position))
-        out["part"] = copy.deepcopy(content[position])
+        out["part"] = clone(content[position])
         events.append(out)
         return events
 
@@ -450,7 +448,7 @@ class ResponseAccumulator:
         part = self.output[slot.index]["content"][position]
         annotation = event.get("annotation")
         if isinstance(annotation, dict):
-            part.setdefault("annotations", []).append(copy.deepcopy(annotation))
+            part.setdefault("annotations", []).append(clone(annotation))
         out = _copy_event(event, event["type"])
         out.update(self._address(slot, position))
         out["annotation_index"] = len(part.get("annotations") or []) - 1
@@ -479,7 +477,7 @@ class ResponseAccumulator:
         added = {
             "type": ev.CONTENT_PART_ADDED,
             **self._address(slot, position),
-            "part": copy.deepcopy(content[position]),
+            "part": clone(content[position]),
         }
         return position, [added]
 
@@ -528,10 +526,10 @@ class ResponseAccumulator:
         part = event.get("part")
         if isinstance(part, dict):
             summary = self.output[slot.index]["summary"]
-            summary[position] = {**summary[position], **copy.deepcopy(part)}
+            summary[position] = {**summary[position], **clone(part)}
         out = _copy_event(event, event["type"])
         out.update(self._summary_address(slot, position))
-        out["part"] = copy.deepcopy(self.output[slot.index]["summary"][position])
+        out["part"] = clone(self.output[slot.index]["summary"][position])
         events.extend(opened)
         events.append(out)
         return events
@@ -571,13 +569,13 @@ class ResponseAccumulator:
         part = event.get("part")
         if isinstance(part, dict):
             text = summary[position].get("text", "")
-            summary[position] = {**summary[position], **copy.deepcopy(part)}
+            summary[position] = {**summary[position], **clone(part)}
             if not isinstance(part.get("text"), str):
                 summary[position]["text"] = text
         slot.summary_done.add(position)
         out = _copy_event(event, event["type"])
         out.update(self._summary_address(slot, position))
-        out["part"] = copy.deepcopy(summary[position])
+        out["part"] = clone(summary[position])
         events.append(out)
         return events
 

@@ -7,11 +7,11 @@ has an output), and returns what the upstream must see and what a stored respons
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.ids import new_id
+from app.core.jsoncopy import clone
 from app.core.ports import ResponseStore
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.items import ITEM_ID_PREFIXES
@@ -52,7 +52,7 @@ def conversation_id_of(body: JsonObject) -> str | None:
 
 def canonical_item(item: JsonObject) -> JsonObject:
     """An input item in the shape OpenAI stores and lists it (``type``, ``id``, parts)."""
-    out = copy.deepcopy(item)
+    out = clone(item)
     kind = out.get("type")
     if kind is None and "role" in out:
         kind = out["type"] = "message"

@@ -8,7 +8,6 @@ missing or ``null`` where the Open Responses schema requires a value.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from app.core.ids import new_id
@@ -61,6 +60,7 @@ _UPSTREAM_FIELDS = (
     "prompt_cache_retention",
 )
 
+# Mutable defaults are factories, so that every response gets its own objects.
 _DEFAULTS: JsonObject = {
     "background": False,
     "error": None,
@@ -68,20 +68,20 @@ _DEFAULTS: JsonObject = {
     "instructions": None,
     "max_output_tokens": None,
     "max_tool_calls": None,
-    "metadata": {},
+    "metadata": dict,
     "parallel_tool_calls": True,
     "presence_penalty": 0.0,
     "frequency_penalty": 0.0,
     "previous_response_id": None,
     "prompt_cache_key": None,
-    "reasoning": {"effort": None, "summary": None},
+    "reasoning": lambda: {"effort": None, "summary": None},
     "safety_identifier": None,
     "service_tier": "default",
     "store": True,
     "temperature": 1.0,
-    "text": {"format": {"type": "text"}},
+    "text": lambda: {"format": {"type": "text"}},
     "tool_choice": "auto",
-    "tools": [],
+    "tools": list,
     "top_logprobs": 0,
     "top_p": 1.0,
     "truncation": "disabled",
@@ -270,7 +270,7 @@ def build_response(
     for key, default in _DEFAULTS.items():
         if key not in merged:
             value = fields.get(key)
-            merged[key] = copy.deepcopy(default) if value is None else value
+            merged[key] = (default() if callable(default) else default) if value is None else value
     merged["tools"] = normalize_tools(merged["tools"])
     if merged["metadata"] is None:
         merged["metadata"] = {}

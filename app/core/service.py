@@ -7,7 +7,6 @@ response once, in one transaction, before the client sees it complete: the objec
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -65,7 +64,7 @@ class ResponsesService:
         data = await self.upstream.create_response(upstream_body, headers)
         raw_output = data.get("output")
         output = [
-            normalize_item(copy.deepcopy(item), fresh_id=True)
+            normalize_item(item, fresh_id=True)
             for item in (raw_output if isinstance(raw_output, list) else [])
             if isinstance(item, dict)
         ]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
+from app.core.jsoncopy import clone
 from app.protocol import events as ev
 
 JsonObject = dict[str, Any]
@@ -34,8 +34,8 @@ class ResponseLifecycle:
     def opening(self, response: JsonObject) -> list[JsonObject]:
         """``response.created`` then ``response.in_progress``, each with its own snapshot."""
         return [
-            self.stamp({"type": ev.RESPONSE_CREATED, "response": copy.deepcopy(response)}),
-            self.stamp({"type": ev.RESPONSE_IN_PROGRESS, "response": copy.deepcopy(response)}),
+            self.stamp({"type": ev.RESPONSE_CREATED, "response": clone(response)}),
+            self.stamp({"type": ev.RESPONSE_IN_PROGRESS, "response": clone(response)}),
         ]
 
     def closing(self, response: JsonObject) -> JsonObject:

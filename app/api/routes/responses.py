@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
 from app.api.pagination import list_object, page_params
@@ -24,8 +25,8 @@ def client_headers(request: Request) -> dict[str, str]:
     return {name: headers[name] for name in _FORWARDED_HEADERS if name in headers}
 
 
-@router.post("/v1/responses")
 async def create_response(request: Request) -> Response:
+    """``POST /v1/responses``: a plain Starlette endpoint (see ``HOT_ROUTES``)."""
     state = gateway_state(request)
     body = await read_json_object(request, state.settings.max_body_bytes)
     parsed = validate(CreateResponseRequest, body)
@@ -57,3 +58,8 @@ async def list_input_items(request: Request, response_id: str) -> Response:
         response_id, after=params.after, limit=params.limit, order=params.order
     )
     return Response(orjson.dumps(list_object(page)), media_type="application/json")
+
+
+# The hot path skips FastAPI's per-request dependency solving: it reads its own body and
+# validates it itself. A plain Starlette route costs ~20 µs less per request (bench/README.md).
+HOT_ROUTES = [Route("/v1/responses", create_response, methods=["POST"])]
