@@ -50,6 +50,7 @@ from app.store.queries import (
     decode_objects,
     position_rows,
 )
+from app.store.sqlite_writer import SqliteWriter, write_saves
 from app.store.tables import (
     ITEM_SCHEMA_VERSION,
     conversation_items,
@@ -101,6 +102,9 @@ class SqlResponseStore:
         }
         path = inline_database_path(engine.url) if is_sqlite and inline_reads else None
         self._inline = InlineSqliteReader(path) if path else None
+        # Saves on a SQLite file: the whole transaction in one hop to a writer thread.
+        file_path = inline_database_path(engine.url) if is_sqlite else None
+        self._sqlite_writer = SqliteWriter(file_path) if file_path else None
         # Concurrent saves share transactions; SQLite has one writer anyway.
         self._saves = GroupCommitter(
             self._save_many, max_batch=SAVE_BATCH_MAX, max_writers=1 if is_sqlite else 4
@@ -276,6 +280,9 @@ class SqlResponseStore:
                 appends.setdefault(new.conversation_id, []).append(
                     [*new.input_item_ids, *output_ids]
                 )
+        if self._sqlite_writer is not None:
+            await self._save_many_sqlite(batch, response_rows, appends)
+            return
         async with self._write() as conn:
             await self._store_items(conn, [item for new in batch for item in new.new_items])
             await conn.execute(insert(responses), response_rows)
@@ -289,6 +296,42 @@ class SqlResponseStore:
                     item_ids = [item_id for block in blocks for item_id in block]
                     rows += position_rows(conversation_id, starts[conversation_id], item_ids)
                 await conn.execute(insert(conversation_items), rows)
+
+    async def _save_many_sqlite(
+        self,
+        batch: Sequence[NewResponse],
+        response_rows: list[dict[str, Any]],
+        appends: dict[str, list[list[str]]],
+    ) -> None:
+        assert self._sqlite_writer is not None and self._write_lock is not None
+        now = int(time.time())
+        items: dict[str, tuple[Any, ...]] = {}
+        for new in batch:
+            for item in new.new_items:
+                item_id = str(item["id"])
+                if item_id not in items:  # the first copy of an id given twice is stored
+                    kind = str(item.get("type", "message"))
+                    items[item_id] = (item_id, kind, ITEM_SCHEMA_VERSION, now, json_dumps(item))
+        rows = [
+            (
+                row["id"],
+                row["created_at"],
+                row["status"],
+                row["model"],
+                row["previous_response_id"],
+                row["conversation_id"],
+                json_dumps(row["checkpoint_ids"]),
+                json_dumps(row["input_item_ids"]),
+                json_dumps(row["response"]),
+            )
+            for row in response_rows
+        ]
+        flat = {key: [i for block in blocks for i in block] for key, blocks in appends.items()}
+        ordered_items = [items[key] for key in sorted(items)]
+        async with self._write_lock:
+            await self._sqlite_writer.transaction(
+                lambda connection: write_saves(connection, ordered_items, rows, flat)
+            )
 
     async def delete_response(self, response_id: str) -> bool:
         async with self._write() as conn:
@@ -456,6 +499,8 @@ class SqlResponseStore:
 
     async def aclose(self) -> None:
         await self._saves.aclose()
+        if self._sqlite_writer is not None:
+            await self._sqlite_writer.aclose()
         if self._inline is not None:
             self._inline.close()
         await self._engine.dispose()
