@@ -200,7 +200,8 @@ class Server:
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
-        self.proc.send_signal(signal.SIGINT)
+        # SIGTERM: uvicorn shuts down gracefully on it; the raw mock ignores SIGINT.
+        self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=15)
         except subprocess.TimeoutExpired:

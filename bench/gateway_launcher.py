@@ -8,7 +8,7 @@ Settings are built with ``app.settings.load_settings`` and the app with
 (uvicorn's defaults otherwise: uvloop and httptools when installed, one worker).
 ``--client aiohttp`` injects the gateway's own ``ResponsesUpstream`` (the same object
 ``create_app`` would build); ``--client httpx`` injects ``bench/httpx_upstream.HttpxUpstream``.
-SIGINT stops uvicorn gracefully; the profile is written after it returned.
+SIGINT or SIGTERM stops uvicorn gracefully; the profile is written after it returned.
 
 ``--whatif a,b,...`` patches the app at run time to measure proposed optimizations before
 anyone writes them (benchmark only; app/ is not changed):

@@ -9,7 +9,7 @@ same headers, same pooling limit and timeouts, same SSE line splitting and parse
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
 import httpx
 import orjson
@@ -24,6 +24,26 @@ from app.errors import (
 )
 from app.upstream.responses import SingleResponseStream, decode_response, error_envelope
 from app.upstream.sse import parse_sse_lines
+
+try:  # the aiohttp adapter's own line splitter, where this version of the app has one
+    from app.upstream.sse import split_lines
+except ImportError:  # older commits (bench --ref): the same splitting, inline
+
+    async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        buffer = b""
+        async for chunk in chunks:
+            buffer += chunk
+            start = 0
+            while True:
+                end = buffer.find(b"\n", start)
+                if end < 0:
+                    break
+                yield buffer[start : end + 1]
+                start = end + 1
+            buffer = buffer[start:]
+        if buffer:
+            yield buffer
+
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +166,7 @@ class HttpxEventStream:
 
     async def _events(self) -> AsyncIterator[JsonObject]:
         try:
-            async for event in parse_sse_lines(self._lines()):
+            async for event in parse_sse_lines(split_lines(self._resp.aiter_bytes())):
                 yield event
         except UpstreamError:
             raise
@@ -154,22 +174,6 @@ class HttpxEventStream:
             raise map_transport_error(exc) from exc
         finally:
             await self.aclose()
-
-    async def _lines(self) -> AsyncIterator[bytes]:
-        # Same splitting as the aiohttp adapter: bytes lines ending in b"\n", no length cap.
-        buffer = b""
-        async for chunk in self._resp.aiter_bytes():
-            buffer += chunk
-            start = 0
-            while True:
-                end = buffer.find(b"\n", start)
-                if end < 0:
-                    break
-                yield buffer[start : end + 1]
-                start = end + 1
-            buffer = buffer[start:]
-        if buffer:
-            yield buffer
 
     async def aclose(self) -> None:
         if not self._resp.is_closed:

@@ -22,7 +22,7 @@ from app.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from app.upstream.sse import parse_sse_lines
+from app.upstream.sse import parse_sse_lines, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -164,7 +164,9 @@ class AiohttpEventStream:
 
     async def _events(self) -> AsyncIterator[JsonObject]:
         try:
-            async for event in parse_sse_lines(self._lines()):
+            # Not aiohttp's readline: it caps line length (see ``split_lines``).
+            lines = split_lines(self._resp.content.iter_any())
+            async for event in parse_sse_lines(lines):
                 yield event
         except UpstreamError:
             raise
@@ -172,22 +174,6 @@ class AiohttpEventStream:
             raise map_transport_error(exc) from exc
         finally:
             await self.aclose()
-
-    async def _lines(self) -> AsyncIterator[bytes]:
-        # aiohttp's readline caps line length; SSE frames with a whole response can be longer.
-        buffer = b""
-        async for chunk in self._resp.content.iter_any():
-            buffer += chunk
-            start = 0
-            while True:
-                end = buffer.find(b"\n", start)
-                if end < 0:
-                    break
-                yield buffer[start : end + 1]
-                start = end + 1
-            buffer = buffer[start:]
-        if buffer:
-            yield buffer
 
     async def aclose(self) -> None:
         if not self._resp.closed:

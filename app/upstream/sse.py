@@ -13,6 +13,24 @@ from app.protocol.events import STREAM_DONE
 JsonObject = dict[str, Any]
 
 
+async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """Network chunks -> lines ending in ``\\n`` (the last may lack it), with no length cap:
+    an SSE frame carrying a whole response can be longer than a client library's line limit."""
+    buffer = b""
+    async for chunk in chunks:
+        buffer += chunk
+        start = 0
+        while True:
+            end = buffer.find(b"\n", start)
+            if end < 0:
+                break
+            yield buffer[start : end + 1]
+            start = end + 1
+        buffer = buffer[start:]
+    if buffer:
+        yield buffer
+
+
 async def parse_sse_lines(lines: AsyncIterable[bytes]) -> AsyncIterator[JsonObject]:
     """Parse SSE lines (each ending in ``\\n``) into JSON events.
 
