@@ -107,8 +107,8 @@ async def resolve_items(
     wanted = [
         item["id"] for item in canonical if isinstance(item.get("id"), str) and item.get("id")
     ]
-    existing = await store.existing_item_ids(wanted) if wanted else set()
-    stored = {item["id"]: item for item in await store.load_items(sorted(existing))}
+    # One read: ``load_items`` skips the ids the store does not know.
+    stored = {item["id"]: item for item in await store.load_items(wanted)} if wanted else {}
     items: list[JsonObject] = []
     new_items: list[JsonObject] = []
     for index, item in enumerate(canonical):
