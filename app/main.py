@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -14,12 +15,17 @@ from app import __version__
 from app.api.errors import install_error_handlers
 from app.api.routes import conversations, health, models, responses
 from app.api.state import GatewayState
+from app.core.loop import LoopLimits
+from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
 from app.settings import Settings
 from app.store.engine import create_engine_for
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
+from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
+from app.tools.mcp_client import McpSessionPool
+from app.tools.registry import GatewayToolKit
 from app.upstream.responses import ResponsesUpstream
 
 logger = logging.getLogger(__name__)
@@ -58,12 +64,51 @@ async def build_store(settings: Settings) -> SqlResponseStore:
     return SqlResponseStore(create_engine_for(url))
 
 
+def build_toolkit(settings: Settings) -> tuple[GatewayToolKit, McpSessionPool]:
+    """The gateway's tool providers; the pool holds the configured MCP servers' sessions."""
+    mcp = settings.mcp
+    configured = {
+        server.label: ConfiguredMcpServer(
+            spec=server.to_spec(os.environ),
+            allowed_tools=server.allowed_tools,
+            require_approval=server.require_approval,
+            description=server.description,
+        )
+        for server in mcp.servers
+    }
+    pool = McpSessionPool(
+        {label: entry.spec for label, entry in configured.items()},
+        connect_timeout=mcp.connect_timeout,
+    )
+    provider = McpToolProvider(
+        policy=McpPolicy(
+            allowed_hosts=list(mcp.allowed_hosts),
+            allow_link_local=mcp.allow_link_local,
+            connect_timeout=mcp.connect_timeout,
+        ),
+        configured=configured,
+        pool=pool,
+    )
+    return GatewayToolKit([provider]), pool
+
+
+def loop_limits(settings: Settings) -> LoopLimits:
+    return LoopLimits(
+        max_rounds=settings.tool_max_rounds,
+        call_timeout=settings.tool_call_timeout,
+        max_concurrency=settings.tool_max_concurrency,
+        round_timeout=settings.tool_round_timeout or settings.upstream_read_timeout,
+    )
+
+
 def create_app(
     settings: Settings,
     upstream: Upstream | None = None,
     store: ResponseStore | None = None,
+    tool_events: ToolEvents | None = None,
 ) -> FastAPI:
-    """The gateway application. ``upstream`` and ``store`` replace the real adapters in tests."""
+    """The gateway application. ``upstream`` and ``store`` replace the real adapters in tests;
+    ``tool_events`` is the hook gateway tool calls are reported to."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -74,11 +119,19 @@ def create_app(
             stack.push_async_callback(active.aclose)
             if settings.wait_for_upstream > 0:
                 await wait_for_upstream(active, settings.wait_for_upstream, settings.upstream_url)
+            toolkit, mcp_pool = build_toolkit(settings)
+            stack.push_async_callback(mcp_pool.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
                 store=active_store,
-                service=ResponsesService(active, active_store),
+                service=ResponsesService(
+                    active,
+                    active_store,
+                    toolkit=toolkit,
+                    limits=loop_limits(settings),
+                    tool_events=tool_events,
+                ),
             )
             yield
 

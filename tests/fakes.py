@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -197,3 +198,119 @@ def _page(items: list[JsonObject], after: str | None, limit: int, order: str) ->
             raise KeyError(after)
         ordered = ordered[ids.index(after) + 1 :]
     return Page(items=ordered[:limit], has_more=len(ordered) > limit)
+
+
+def round_events(items: list[JsonObject], *, usage: JsonObject | None = None) -> list[JsonObject]:
+    """The stream a Responses server sends for ``items`` (messages and function calls)."""
+    events: list[JsonObject] = [{"type": "response.created", "response": {"status": "in_progress"}}]
+    for index, item in enumerate(items):
+        if item["type"] == "message":
+            text = item["content"][0]["text"]
+            opened = {**item, "content": [], "status": "in_progress"}
+            events.append(
+                {"type": "response.output_item.added", "output_index": index, "item": opened}
+            )
+            part = {"type": "output_text", "text": "", "annotations": []}
+            events.append(
+                {
+                    "type": "response.content_part.added",
+                    "output_index": index,
+                    "item_id": item["id"],
+                    "content_index": 0,
+                    "part": part,
+                }
+            )
+            for chunk in (text[: len(text) // 2], text[len(text) // 2 :]):
+                events.append(
+                    {
+                        "type": "response.output_text.delta",
+                        "output_index": index,
+                        "item_id": item["id"],
+                        "content_index": 0,
+                        "delta": chunk,
+                    }
+                )
+        elif item["type"] == "function_call":
+            opened = {**item, "arguments": "", "status": "in_progress"}
+            events.append(
+                {"type": "response.output_item.added", "output_index": index, "item": opened}
+            )
+            events.append(
+                {
+                    "type": "response.function_call_arguments.delta",
+                    "output_index": index,
+                    "item_id": item["id"],
+                    "delta": item["arguments"],
+                }
+            )
+            events.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "output_index": index,
+                    "item_id": item["id"],
+                    "arguments": item["arguments"],
+                }
+            )
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    events.append(
+        {
+            "type": "response.completed",
+            "response": {"status": "completed", "output": items, "usage": usage or USAGE},
+        }
+    )
+    return events
+
+
+USAGE: JsonObject = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+
+
+def message(text: str) -> JsonObject:
+    return {
+        "id": f"msg_{new_id('x')[-8:]}",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def function_call(name: str, arguments: str, call_id: str | None = None) -> JsonObject:
+    return {
+        "id": f"fc_{new_id('x')[-8:]}",
+        "type": "function_call",
+        "call_id": call_id or f"call_{new_id('x')[-8:]}",
+        "name": name,
+        "arguments": arguments,
+        "status": "completed",
+    }
+
+
+class ScriptedUpstream(FakeUpstream):
+    """An upstream that answers round after round from a script of output item lists."""
+
+    def __init__(self, rounds: list[list[JsonObject]], *, delay: float = 0.0) -> None:
+        super().__init__()
+        self.rounds = rounds
+        self.delay = delay
+
+    def _next(self) -> list[JsonObject]:
+        if not self.rounds:
+            raise AssertionError("the script has no round left")
+        return self.rounds.pop(0)
+
+    async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+        self.requests.append(copy.deepcopy(body))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        items = self._next()
+        return {"status": "completed", "output": copy.deepcopy(items), "usage": USAGE}
+
+    async def stream_response(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> ListEventStream:
+        self.requests.append(copy.deepcopy(body))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        stream = ListEventStream(round_events(self._next()))
+        self.streams.append(stream)
+        return stream

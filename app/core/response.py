@@ -161,13 +161,19 @@ def empty_usage() -> JsonObject:
     }
 
 
+_SECRET_TOOL_FIELDS = frozenset({"headers", "authorization"})
+
+
 def normalize_tools(tools: Any) -> list[Any]:
     """Function tools get the fields a strict client expects (``strict``, ``description``)."""
     if not isinstance(tools, list):
         return []
     out: list[Any] = []
     for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "function":
+        if isinstance(tool, dict) and tool.get("type") == "mcp":
+            # Credentials go to the MCP server only: never echoed, never stored.
+            tool = {k: v for k, v in tool.items() if k not in _SECRET_TOOL_FIELDS}
+        elif isinstance(tool, dict) and tool.get("type") == "function":
             tool = dict(tool)
             if tool.get("strict") is None:
                 tool["strict"] = True

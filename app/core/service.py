@@ -15,8 +15,17 @@ from typing import Any
 from app.core.accumulator import ResponseAccumulator
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
+from app.core.loop import LoopLimits, ToolLoop
+from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
-from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
+from app.core.ports import (
+    NewResponse,
+    Page,
+    ResponseStore,
+    ToolKit,
+    Upstream,
+    UpstreamEventStream,
+)
 from app.core.response import build_response, normalize_item, normalize_usage
 from app.core.stream import ResponseLifecycle
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
@@ -28,6 +37,40 @@ JsonObject = dict[str, Any]
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
 _STATE_FIELDS = ("previous_response_id", "conversation")
+# Fields the tool loop answers itself instead of forwarding.
+_LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
+
+
+class _SingleRound:
+    """The plain path: one upstream stream folded by one accumulator (no gateway tools)."""
+
+    __slots__ = ("_accumulator", "_upstream_events")
+
+    def __init__(self, upstream_events: UpstreamEventStream) -> None:
+        self._upstream_events = upstream_events
+        self._accumulator = ResponseAccumulator()
+
+    @property
+    def accumulator(self) -> ResponseAccumulator:
+        return self._accumulator
+
+    async def events(self) -> AsyncIterator[JsonObject]:
+        accumulator = self._accumulator
+        async for upstream_event in self._upstream_events:
+            for event in accumulator.feed(upstream_event):
+                yield event
+            if accumulator.finished:
+                break
+        if not accumulator.finished:
+            raise UpstreamProtocolError(
+                "the upstream stream ended before the response was complete"
+            )
+
+    def finish(self, status: str) -> list[JsonObject]:
+        return self._accumulator.finish(status)
+
+    async def aclose(self) -> None:
+        await self._upstream_events.aclose()
 
 
 class ResponsesService:
@@ -38,10 +81,16 @@ class ResponsesService:
         upstream: Upstream,
         store: ResponseStore,
         *,
+        toolkit: ToolKit | None = None,
+        limits: LoopLimits | None = None,
+        tool_events: ToolEvents | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.upstream = upstream
         self.store = store
+        self.toolkit = toolkit
+        self.limits = limits or LoopLimits()
+        self.tool_events = tool_events or ToolEvents()
         self._clock = clock
 
     # ------------------------------------------------------------------ create
@@ -56,11 +105,49 @@ class ResponsesService:
         upstream_body["input"] = history.upstream_input()
         return history, upstream_body
 
+    async def _tool_loop(
+        self,
+        body: JsonObject,
+        history: History,
+        headers: Mapping[str, str],
+        response_id: str,
+        *,
+        stream: bool,
+    ) -> ToolLoop | None:
+        """The tool loop for a request that involves gateway tools or items, else ``None``."""
+        toolkit = self.toolkit
+        if toolkit is None:
+            return None
+        items = [*history.history_items, *history.input_items]
+        if not toolkit.involves_gateway(body, items):
+            return None
+        prepared = await toolkit.prepare(body, history.history_items, history.input_items)
+        upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
+        if prepared.upstream_tools:
+            upstream_body["tools"] = prepared.upstream_tools
+            if prepared.tool_choice is not None:
+                upstream_body["tool_choice"] = prepared.tool_choice
+        max_tool_calls = body.get("max_tool_calls")
+        return ToolLoop(
+            upstream=self.upstream,
+            headers=headers,
+            upstream_body=upstream_body,
+            prepared=prepared,
+            limits=self.limits,
+            stream=stream,
+            response_id=response_id,
+            max_tool_calls=max_tool_calls if isinstance(max_tool_calls, int) else None,
+            tool_events=self.tool_events,
+        )
+
     async def create(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
         """Non-streaming create: the final Response object (stored unless ``store`` is false)."""
         response_id = new_id("resp")
         created_at = int(self._clock())
         history, upstream_body = await self._prepare(body)
+        loop = await self._tool_loop(body, history, headers, response_id, stream=False)
+        if loop is not None:
+            return await self._create_looped(body, history, loop, response_id, created_at)
         data = await self.upstream.create_response(upstream_body, headers)
         raw_output = data.get("output")
         output = [
@@ -87,6 +174,36 @@ class ResponsesService:
         await self._persist(body, history, response)
         return response
 
+    async def _create_looped(
+        self,
+        body: JsonObject,
+        history: History,
+        loop: ToolLoop,
+        response_id: str,
+        created_at: int,
+    ) -> JsonObject:
+        try:
+            await loop.open()
+            async for _ in loop.events():
+                pass
+        finally:
+            await loop.aclose()
+        status = loop.status or "completed"
+        response = build_response(
+            request=body,
+            response_id=response_id,
+            created_at=created_at,
+            status=status,
+            output=loop.output,
+            upstream=loop.upstream_response,
+            usage=loop.usage,
+            error=loop.error if status == "failed" else None,
+            incomplete_details=loop.incomplete_details,
+            completed_at=self._completed_at(status),
+        )
+        await self._persist(body, history, response)
+        return response
+
     async def open_stream(
         self, body: JsonObject, headers: Mapping[str, str]
     ) -> AsyncIterator[JsonObject]:
@@ -99,19 +216,30 @@ class ResponsesService:
         response_id = new_id("resp")
         created_at = int(self._clock())
         history, upstream_body = await self._prepare(body)
+        loop = await self._tool_loop(body, history, headers, response_id, stream=True)
+        if loop is not None:
+            try:
+                await loop.open()
+            except BaseException:
+                await loop.aclose()
+                raise
+            return self._stream(body, history, loop, loop, response_id, created_at)
         upstream_events = await self.upstream.stream_response(upstream_body, headers)
-        return self._stream(body, history, upstream_events, response_id, created_at)
+        single = _SingleRound(upstream_events)
+        return self._stream(body, history, single, single.accumulator, response_id, created_at)
 
     async def _stream(
         self,
         body: JsonObject,
         history: History,
-        upstream_events: UpstreamEventStream,
+        source: _SingleRound | ToolLoop,
+        state: ResponseAccumulator | ToolLoop,
         response_id: str,
         created_at: int,
     ) -> AsyncIterator[JsonObject]:
+        """One client lifecycle around ``source``'s events; ``state`` holds the response's
+        output, status and usage as they grow."""
         lifecycle = ResponseLifecycle()
-        accumulator = ResponseAccumulator()
 
         def snapshot(status: str, **fields: Any) -> JsonObject:
             return build_response(
@@ -119,8 +247,8 @@ class ResponsesService:
                 response_id=response_id,
                 created_at=created_at,
                 status=status,
-                output=accumulator.output,
-                upstream=accumulator.upstream_response,
+                output=state.output,
+                upstream=state.upstream_response,
                 **fields,
             )
 
@@ -130,26 +258,19 @@ class ResponsesService:
             failure: JsonObject | None = None
             final: JsonObject | None = None
             try:
-                async for upstream_event in upstream_events:
-                    for event in accumulator.feed(upstream_event):
-                        yield lifecycle.stamp(event)
-                    if accumulator.finished:
-                        break
-                if not accumulator.finished:
-                    raise UpstreamProtocolError(
-                        "the upstream stream ended before the response was complete"
-                    )
-                if accumulator.status == "failed":
-                    failure = accumulator.error or {
+                async for event in source.events():
+                    yield lifecycle.stamp(event)
+                if state.status == "failed":
+                    failure = state.error or {
                         "code": "upstream_error",
                         "message": "the upstream reported a failed response",
                     }
                 else:
-                    status = accumulator.status or "completed"
+                    status = state.status or "completed"
                     final = snapshot(
                         status,
-                        usage=accumulator.usage,
-                        incomplete_details=accumulator.incomplete_details,
+                        usage=state.usage,
+                        incomplete_details=state.incomplete_details,
                         completed_at=self._completed_at(status),
                     )
                     await self._persist(body, history, final)
@@ -159,16 +280,16 @@ class ResponsesService:
                 logger.exception("stream failed", extra={"response_id": response_id})
                 failure = {"code": "server_error", "message": f"internal error: {exc!r}"}
             if failure is not None:
-                for event in accumulator.finish("incomplete"):
+                for event in source.finish("incomplete"):
                     yield lifecycle.stamp(event)
-                failed = snapshot("failed", usage=accumulator.usage, error=failure)
+                failed = snapshot("failed", usage=state.usage, error=failure)
                 for event in lifecycle.failure(failure, failed):
                     yield event
                 return
             assert final is not None
             yield lifecycle.closing(final)
         finally:
-            await upstream_events.aclose()
+            await source.aclose()
 
     async def _persist(self, body: JsonObject, history: History, response: JsonObject) -> None:
         """Store a final response and its items in one transaction (OpenAI: ``store`` defaults

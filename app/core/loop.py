@@ -1,0 +1,490 @@
+"""The server-side tool loop: infer -> decide -> run the gateway's tools -> feed back.
+
+``ToolLoop`` runs the rounds of one response and yields the client's events (unnumbered:
+``core.stream.ResponseLifecycle`` numbers them), one lifecycle across every round:
+``output_index`` is global, the upstream's ``function_call`` events for gateway-owned calls are
+replaced by the executor's own item events (``mcp_call`` …), and text streams live. After the
+iteration its ``output``, ``status``, ``usage``, ``error`` and ``incomplete_details`` describe
+the final response, like ``ResponseAccumulator``'s do for a single round.
+
+Two lists grow side by side: ``output`` is what the client sees; ``_model_items`` is what the
+next round's upstream reads (the model's own items, its calls as ``function_call`` and their
+results as ``function_call_output``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.accumulator import ResponseAccumulator
+from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
+from app.core.ids import new_id
+from app.core.jsoncopy import clone
+from app.core.observe import ToolCallEvent, ToolEvents, preview_of
+from app.core.ports import (
+    GatewayCall,
+    PreparedTools,
+    ToolExecutor,
+    ToolResult,
+    Upstream,
+    UpstreamEventStream,
+)
+from app.errors import UpstreamProtocolError, UpstreamTimeoutError
+from app.protocol import events as ev
+
+logger = logging.getLogger(__name__)
+
+JsonObject = dict[str, Any]
+
+# A guard above any configured round cap: a loop never runs more inference rounds than this.
+HARD_MAX_ROUNDS = 100
+
+_CALL_PREFIX = {"mcp_call": "mcp"}
+
+
+@dataclass(frozen=True, slots=True)
+class LoopLimits:
+    max_rounds: int = 10
+    call_timeout: float = 60.0
+    max_concurrency: int = 5
+    round_timeout: float | None = None
+
+
+class _SingleEventStream:
+    """A non-streaming upstream answer as the one terminal event of a stream."""
+
+    def __init__(self, response: JsonObject) -> None:
+        self._response = response
+
+    def __aiter__(self) -> AsyncIterator[JsonObject]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[JsonObject]:
+        status = self._response.get("status") or "completed"
+        kind = {"incomplete": ev.RESPONSE_INCOMPLETE, "failed": ev.RESPONSE_FAILED}.get(
+            status, ev.RESPONSE_COMPLETED
+        )
+        yield {"type": kind, "response": self._response}
+
+    async def aclose(self) -> None:
+        return None
+
+
+class _RoundView:
+    """Rewrites one round's client events: gateway calls become the executor's items."""
+
+    def __init__(self, executors: Mapping[str, ToolExecutor]) -> None:
+        self.executors = executors
+        self.calls: dict[str, GatewayCall] = {}  # accumulator item id -> call
+        self.approvals: set[str] = set()  # accumulator item ids waiting for approval
+        self.open_calls: dict[str, GatewayCall] = {}  # client item id -> call not closed yet
+
+    def translate(self, event: JsonObject) -> list[JsonObject]:
+        kind = event.get("type")
+        if kind == ev.OUTPUT_ITEM_ADDED:
+            return self._on_added(event)
+        if kind in (ev.FUNCTION_CALL_ARGUMENTS_DELTA, ev.FUNCTION_CALL_ARGUMENTS_DONE):
+            call = self.calls.get(str(event.get("item_id")))
+            if call is None:
+                return [event]
+            return self._on_arguments(call, event)
+        if kind == ev.OUTPUT_ITEM_DONE:
+            item = event.get("item") or {}
+            call = self.calls.get(str(item.get("id")))
+            if call is None:
+                return [event]
+            call.arguments = str(item.get("arguments") or call.arguments)
+            if item.get("id") in self.approvals:
+                request = self.executors[call.name].approval_item(call)
+                index = call.output_index
+                self.open_calls.pop(call.item_id, None)
+                return [_added(index, request), _done(index, request)]
+            return []  # closed once the call has run
+        return [event]
+
+    def _on_added(self, event: JsonObject) -> list[JsonObject]:
+        item = event.get("item") or {}
+        if item.get("type") != "function_call":
+            return [event]
+        executor = self.executors.get(str(item.get("name")))
+        if executor is None:
+            return [event]
+        index = int(event["output_index"])
+        call = GatewayCall(
+            item_id="",
+            call_id=str(item.get("call_id") or ""),
+            name=str(item.get("name")),
+            arguments=str(item.get("arguments") or ""),
+            output_index=index,
+        )
+        self.calls[str(item.get("id"))] = call
+        if executor.needs_approval(call):
+            self.approvals.add(str(item.get("id")))
+            call.item_id = new_id("mcpr")
+            return []
+        opened = executor.open_item(call)
+        call.item_id = str(opened["id"])
+        self.open_calls[call.item_id] = call
+        events = [_added(index, opened)]
+        events.extend(_call_event(t, call) for t in executor.presentation.opened_events)
+        return events
+
+    def _on_arguments(self, call: GatewayCall, event: JsonObject) -> list[JsonObject]:
+        executor = self.executors[call.name]
+        names = executor.presentation.arguments_events
+        if call.item_id not in self.open_calls or names is None:
+            return []
+        if event["type"] == ev.FUNCTION_CALL_ARGUMENTS_DELTA:
+            return [{**_call_event(names[0], call), "delta": event.get("delta", "")}]
+        call.arguments = str(event.get("arguments") or call.arguments)
+        return [{**_call_event(names[1], call), "arguments": call.arguments}]
+
+    def client_item(self, item: JsonObject) -> JsonObject:
+        """The client's view of a finished round's item (gateway calls: their open item)."""
+        call = self.calls.get(str(item.get("id")))
+        if call is None:
+            return item
+        executor = self.executors[call.name]
+        if item.get("id") in self.approvals:
+            return executor.approval_item(call)
+        return executor.open_item(call) | {"id": call.item_id}
+
+
+def _added(index: int, item: JsonObject) -> JsonObject:
+    return {"type": ev.OUTPUT_ITEM_ADDED, "output_index": index, "item": clone(item)}
+
+
+def _done(index: int, item: JsonObject) -> JsonObject:
+    return {"type": ev.OUTPUT_ITEM_DONE, "output_index": index, "item": clone(item)}
+
+
+def _call_event(kind: str, call: GatewayCall) -> JsonObject:
+    return {"type": kind, "output_index": call.output_index, "item_id": call.item_id}
+
+
+def add_usage(total: JsonObject | None, more: JsonObject | None) -> JsonObject | None:
+    """Token usage summed across rounds (nested ``*_details`` counts too)."""
+    if more is None:
+        return total
+    if total is None:
+        return clone(more)
+    out = clone(total)
+    for key, value in more.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            current = out.get(key)
+            out[key] = (current if isinstance(current, int | float) else 0) + value
+        elif isinstance(value, dict):
+            nested = out.get(key)
+            out[key] = add_usage(nested if isinstance(nested, dict) else {}, value)
+    return out
+
+
+class ToolLoop:
+    """One response's rounds (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        upstream: Upstream,
+        headers: Mapping[str, str],
+        upstream_body: JsonObject,
+        prepared: PreparedTools,
+        limits: LoopLimits,
+        stream: bool,
+        response_id: str,
+        max_tool_calls: int | None = None,
+        tool_events: ToolEvents | None = None,
+    ) -> None:
+        self._upstream = upstream
+        self._headers = headers
+        self._body = upstream_body
+        self._prepared = prepared
+        self._limits = limits
+        self._stream = stream
+        self._response_id = response_id
+        self._max_tool_calls = max_tool_calls
+        self._tool_events = tool_events or ToolEvents()
+        self._model_items: list[JsonObject] = list(prepared.upstream_input)
+        self._pending: UpstreamEventStream | None = None
+        self._accumulator: ResponseAccumulator | None = None
+        self._view: _RoundView | None = None
+        self._held: dict[str, tuple[GatewayCall, ToolExecutor]] = {}
+        self._calls_run = 0
+        self._round = 0
+        self.output: list[JsonObject] = []
+        self.upstream_response: JsonObject = {}
+        self.status: str | None = None
+        self.usage: JsonObject | None = None
+        self.error: JsonObject | None = None
+        self.incomplete_details: JsonObject | None = None
+        self.finished = False
+
+    # ------------------------------------------------------------------ public API
+
+    async def open(self) -> None:
+        """Start the first round now when nothing has to run before it, so that an upstream
+        that refuses the request is reported before the client's stream starts."""
+        if not self._prepared.approved:
+            self._pending = await self._open_round()
+
+    async def events(self) -> AsyncIterator[JsonObject]:
+        """The client's events for every round; sets the final state when it ends."""
+        for prelude in self._prepared.prelude:
+            index = len(self.output)
+            self.output.append(prelude.item)
+            yield _added(index, prelude.opening)
+            for kind in prelude.events:
+                yield {"type": kind, "output_index": index, "item_id": prelude.item.get("id")}
+            yield _done(index, prelude.item)
+        if self._prepared.approved:
+            for call, executor in self._prepared.approved:
+                call.output_index = len(self.output)
+                opened = executor.open_item(call)
+                call.item_id = str(opened["id"])
+                self.output.append(opened)
+                for event in self._open_call_events(call, executor, opened):
+                    yield event
+            async for event in self._run_calls(list(self._prepared.approved)):
+                yield event
+        while True:
+            self._round += 1
+            if self._round > min(self._limits.max_rounds, HARD_MAX_ROUNDS) + 1:
+                raise UpstreamProtocolError("the tool loop exceeded its round guard")
+            async for event in self._run_round():
+                yield event
+            if self.finished:
+                return
+
+    def finish(self, status: str = "incomplete") -> list[JsonObject]:
+        """Close every item still open (the response failed); returns the closing events."""
+        events: list[JsonObject] = []
+        accumulator, view = self._accumulator, self._view
+        if accumulator is not None and view is not None:
+            for event in accumulator.finish(status):
+                events.extend(view.translate(event))
+            self.output.extend(view.client_item(item) for item in accumulator.output)
+            for call in list(view.open_calls.values()):
+                self._held.setdefault(call.item_id, (call, view.executors[call.name]))
+            self._accumulator = self._view = None
+        for call, executor in list(self._held.values()):
+            result = executor.error_result(
+                call, "the response ended before this call finished", status="incomplete"
+            )
+            self._set_output(call.output_index, result.item)
+            events.append(_done(call.output_index, result.item))
+        self._held.clear()
+        return events
+
+    async def aclose(self) -> None:
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            await pending.aclose()
+        await self._prepared.aclose()
+
+    # ------------------------------------------------------------------ rounds
+
+    async def _open_round(self) -> UpstreamEventStream:
+        body = {**self._body, "input": self._model_items, "stream": self._stream}
+        if self._stream:
+            return await self._upstream.stream_response(body, self._headers)
+        return _SingleEventStream(await self._upstream.create_response(body, self._headers))
+
+    async def _run_round(self) -> AsyncIterator[JsonObject]:
+        offset = len(self.output)
+        accumulator = ResponseAccumulator(output_offset=offset)
+        view = _RoundView(self._prepared.executors)
+        self._accumulator, self._view = accumulator, view
+        deadline = self._limits.round_timeout
+        try:
+            async with asyncio.timeout(deadline):
+                stream = self._pending or await self._open_round()
+                self._pending = None
+                try:
+                    async for upstream_event in stream:
+                        for event in accumulator.feed(upstream_event):
+                            for out in view.translate(event):
+                                yield out
+                        if accumulator.finished:
+                            break
+                finally:
+                    await stream.aclose()
+        except TimeoutError:
+            raise UpstreamTimeoutError(
+                f"the upstream did not finish round {self._round} within {deadline} s"
+            ) from None
+        if not accumulator.finished:
+            raise UpstreamProtocolError(
+                "the upstream stream ended before the response was complete"
+            )
+        self.upstream_response = accumulator.upstream_response
+        self.usage = add_usage(self.usage, accumulator.usage)
+        self.output.extend(view.client_item(item) for item in accumulator.output)
+        for call in view.open_calls.values():
+            self._held[call.item_id] = (call, view.executors[call.name])
+        self._accumulator = self._view = None
+        if accumulator.status == "failed":
+            self.status, self.error = "failed", accumulator.error
+            self.finished = True
+            return
+        if accumulator.status in ("incomplete", "cancelled"):
+            async for event in self._close_unrun(
+                "the response was cut off before this call ran", "incomplete"
+            ):
+                yield event
+            self.status = "incomplete"
+            self.incomplete_details = accumulator.incomplete_details
+            self.finished = True
+            return
+        decision = decide_next(
+            accumulator.output,
+            self._prepared.executors,
+            self._round,
+            self._limits.max_rounds,
+            needs_approval=frozenset(view.approvals),
+        )
+        if isinstance(decision, Done):
+            self.status, self.finished = "completed", True
+            return
+        if isinstance(decision, Incomplete):
+            async for event in self._close_unrun(
+                f"not run: the tool loop reached its limit of {self._limits.max_rounds} rounds",
+                "incomplete",
+            ):
+                yield event
+            self.status = "incomplete"
+            self.incomplete_details = {"reason": decision.reason}
+            self.finished = True
+            return
+        self._model_items.extend(accumulator.output)
+        pairs = [self._held[call.item_id] for call in _in_order(view, decision.calls)]
+        async for event in self._run_calls(pairs):
+            yield event
+        if isinstance(decision, RequiresClientAction):
+            self.status, self.finished = "completed", True
+            return
+        assert isinstance(decision, Continue)
+
+    # ------------------------------------------------------------------ gateway calls
+
+    def _open_call_events(
+        self, call: GatewayCall, executor: ToolExecutor, opened: JsonObject
+    ) -> list[JsonObject]:
+        events = [_added(call.output_index, opened)]
+        events.extend(_call_event(t, call) for t in executor.presentation.opened_events)
+        names = executor.presentation.arguments_events
+        if names is not None:
+            events.append({**_call_event(names[0], call), "delta": call.arguments})
+            events.append({**_call_event(names[1], call), "arguments": call.arguments})
+        self._held[call.item_id] = (call, executor)
+        return events
+
+    async def _run_calls(
+        self, pairs: list[tuple[GatewayCall, ToolExecutor]]
+    ) -> AsyncIterator[JsonObject]:
+        """Run gateway calls concurrently (bounded); results are reported in call order."""
+        runnable: list[tuple[GatewayCall, ToolExecutor]] = []
+        refused: dict[str, ToolResult] = {}
+        for call, executor in pairs:
+            if self._max_tool_calls is not None and self._calls_run >= self._max_tool_calls:
+                refused[call.item_id] = executor.error_result(
+                    call,
+                    f"not run: this response reached max_tool_calls ({self._max_tool_calls})",
+                    status="incomplete",
+                )
+                continue
+            self._calls_run += 1
+            runnable.append((call, executor))
+        for call, executor in runnable:
+            for kind in executor.presentation.running_events:
+                yield _call_event(kind, call)
+        semaphore = asyncio.Semaphore(self._limits.max_concurrency)
+        tasks = {
+            call.item_id: asyncio.create_task(self._run_one(call, executor, semaphore))
+            for call, executor in runnable
+        }
+        try:
+            for call, executor in pairs:
+                result = refused.get(call.item_id) or await tasks[call.item_id]
+                for event in self._close_call(call, executor, result):
+                    yield event
+                self._model_items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": call.call_id,
+                        "output": result.model_output,
+                    }
+                )
+        finally:
+            for task in tasks.values():
+                task.cancel()
+
+    async def _run_one(
+        self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore
+    ) -> ToolResult:
+        async with semaphore:
+            self._observe("start", call)
+            started = time.perf_counter()
+            try:
+                async with asyncio.timeout(self._limits.call_timeout + 1.0):
+                    result = await executor.run(call, timeout=self._limits.call_timeout)
+            except TimeoutError:
+                result = executor.error_result(
+                    call,
+                    f"the tool call timed out after {self._limits.call_timeout:g} s",
+                    status="failed",
+                )
+            except Exception as exc:  # a tool failure is data for the model, never a crash
+                logger.exception("tool executor failed", extra={"tool": call.name})
+                result = executor.error_result(call, f"the tool failed: {exc}", status="failed")
+            elapsed = (time.perf_counter() - started) * 1000
+            self._observe(
+                "complete" if result.ok else "error",
+                call,
+                ok=result.ok,
+                duration_ms=elapsed,
+                preview=result.preview or preview_of(result.model_output),
+            )
+            return result
+
+    def _close_call(
+        self, call: GatewayCall, executor: ToolExecutor, result: ToolResult
+    ) -> list[JsonObject]:
+        self._held.pop(call.item_id, None)
+        self._set_output(call.output_index, result.item)
+        presentation = executor.presentation
+        kind = presentation.completed_event if result.ok else presentation.failed_event
+        return [_call_event(kind, call), _done(call.output_index, result.item)]
+
+    async def _close_unrun(self, message: str, status: str) -> AsyncIterator[JsonObject]:
+        for call, executor in list(self._held.values()):
+            result = executor.error_result(call, message, status=status)
+            for event in self._close_call(call, executor, result):
+                yield event
+
+    def _set_output(self, index: int, item: JsonObject) -> None:
+        if 0 <= index < len(self.output):
+            self.output[index] = item
+
+    def _observe(self, phase: str, call: GatewayCall, **fields: Any) -> None:
+        self._tool_events.emit(
+            ToolCallEvent(
+                phase=phase,  # type: ignore[arg-type]
+                response_id=self._response_id,
+                round=self._round,
+                tool=call.name,
+                item_id=call.item_id,
+                **fields,
+            )
+        )
+
+
+def _in_order(view: _RoundView, items: list[JsonObject]) -> list[GatewayCall]:
+    """The gateway calls of ``items`` (the round's ``function_call`` items), in call order."""
+    return [view.calls[str(item.get("id"))] for item in items]

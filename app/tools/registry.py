@@ -1,0 +1,238 @@
+"""The per-request tool registry: which tools are the gateway's, under which upstream names.
+
+``GatewayToolKit`` (the ``core.ports.ToolKit`` the service uses) dispatches each request tool
+to the ``ToolProvider`` of its ``type`` (``mcp`` now; ``web_search`` and ``file_search`` plug in
+the same way) and keeps ``function`` tools, and any type no provider claims, for the client.
+Providers turn their tools into ``function`` tools for the upstream (vLLM only speaks function
+calling), return one ``ToolExecutor`` per function name, and lower the gateway's own items in
+the history (``mcp_call`` …) back to ``function_call`` / ``function_call_output`` pairs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from app.core.ports import GatewayCall, PreludeItem, PreparedTools, ToolExecutor
+from app.errors import InvalidRequestError
+
+JsonObject = dict[str, Any]
+
+MAX_NAME_LENGTH = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class NameTable:
+    """Collision-free upstream function names for gateway tools, and the way back."""
+
+    def __init__(self, reserved: Sequence[str] = ()) -> None:
+        self._taken: set[str] = set(reserved)
+        self._by_key: dict[tuple[str, str, str], str] = {}
+
+    def name(self, namespace: str, group: str, tool: str) -> str:
+        """``{namespace}__{group}__{tool}`` made safe (``[A-Za-z0-9_-]``, at most 64 chars);
+        a hash suffix keeps names apart when cleaning or truncating made two of them equal."""
+        key = (namespace, group, tool)
+        known = self._by_key.get(key)
+        if known is not None:
+            return known
+        base = _UNSAFE.sub("_", f"{namespace}__{group}__{tool}")
+        name = base
+        if len(name) > MAX_NAME_LENGTH or name in self._taken:
+            digest = hashlib.sha1("\0".join(key).encode()).hexdigest()[:8]
+            name = f"{base[: MAX_NAME_LENGTH - 9]}_{digest}"
+        self._taken.add(name)
+        self._by_key[key] = name
+        return name
+
+
+@dataclass(slots=True)
+class ProviderTools:
+    """What a provider contributes to one request."""
+
+    executors: dict[str, ToolExecutor] = field(default_factory=dict)
+    upstream_tools: list[JsonObject] = field(default_factory=list)
+    prelude: list[PreludeItem] = field(default_factory=list)
+    approved: list[tuple[GatewayCall, ToolExecutor]] = field(default_factory=list)
+    closers: list[Any] = field(default_factory=list)
+
+
+class ToolProvider(Protocol):
+    """The gateway side of one tool ``type`` (see the module docstring)."""
+
+    tool_types: frozenset[str]
+    item_types: frozenset[str]
+    namespace: str
+
+    async def prepare(
+        self,
+        tools: list[tuple[int, JsonObject]],
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        names: NameTable,
+    ) -> ProviderTools:
+        """Resolve this provider's request tools (``(index in tools, tool)``)."""
+        ...
+
+    def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
+        """``items`` with this provider's item types replaced by what the upstream reads."""
+        ...
+
+    def unknown_executor(self, name: str) -> ToolExecutor:
+        """The executor for a name in this provider's namespace that no tool serves."""
+        ...
+
+    def choice_names(
+        self, choice: JsonObject, executors: Mapping[str, ToolExecutor]
+    ) -> list[str] | None:
+        """The upstream names a ``tool_choice`` entry of this provider's type selects."""
+        ...
+
+
+class ExecutorTable(Mapping[str, ToolExecutor]):
+    """The gateway's executors by upstream name; a name in a provider's namespace that no tool
+    serves (the model invented it) gets that provider's error-answering executor."""
+
+    def __init__(
+        self, executors: dict[str, ToolExecutor], providers: Sequence[ToolProvider]
+    ) -> None:
+        self._executors = executors
+        self._namespaces = {f"{p.namespace}__": p for p in providers}
+
+    def __getitem__(self, name: str) -> ToolExecutor:
+        executor = self._executors.get(name)
+        if executor is not None:
+            return executor
+        if isinstance(name, str):
+            for prefix, provider in self._namespaces.items():
+                if name.startswith(prefix):
+                    executor = provider.unknown_executor(name)
+                    self._executors[name] = executor
+                    return executor
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._executors)
+
+    def __len__(self) -> int:
+        return len(self._executors)
+
+
+class GatewayToolKit:
+    """``core.ports.ToolKit`` over a set of providers, one per gateway tool type."""
+
+    def __init__(self, providers: Sequence[ToolProvider]) -> None:
+        self._providers = list(providers)
+        self._by_tool_type = {t: p for p in self._providers for t in p.tool_types}
+        self._item_types = frozenset(t for p in self._providers for t in p.item_types)
+
+    def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
+        tools = body.get("tools")
+        if isinstance(tools, list) and any(
+            isinstance(tool, dict) and tool.get("type") in self._by_tool_type for tool in tools
+        ):
+            return True
+        return any(item.get("type") in self._item_types for item in items)
+
+    async def prepare(
+        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+    ) -> PreparedTools:
+        raw_tools = body.get("tools")
+        tools = [t for t in raw_tools if isinstance(t, dict)] if isinstance(raw_tools, list) else []
+        client_names = [str(t.get("name")) for t in tools if t.get("type") == "function"]
+        names = NameTable(client_names)
+        grouped: dict[int, list[tuple[int, JsonObject]]] = {}
+        upstream_tools: list[JsonObject] = []
+        for index, tool in enumerate(tools):
+            provider = self._by_tool_type.get(str(tool.get("type")))
+            if provider is None:
+                upstream_tools.append(tool)  # the client's (function, custom, …)
+            else:
+                grouped.setdefault(id(provider), []).append((index, tool))
+        parts = await asyncio.gather(
+            *(
+                p.prepare(grouped.get(id(p), []), history, new_input, names)
+                for p in self._providers
+            ),
+            return_exceptions=True,
+        )
+        closers = [c for part in parts if isinstance(part, ProviderTools) for c in part.closers]
+        failure = next((part for part in parts if isinstance(part, BaseException)), None)
+        if failure is not None:
+            for closer in closers:
+                await closer()
+            raise failure
+        executors: dict[str, ToolExecutor] = {}
+        prepared = PreparedTools(
+            executors={},
+            upstream_tools=upstream_tools,
+            tool_choice=None,
+            upstream_input=[],
+            prelude=[],
+            approved=[],
+            closers=closers,
+        )
+        for part in parts:
+            assert isinstance(part, ProviderTools)
+            executors.update(part.executors)
+            upstream_tools.extend(part.upstream_tools)
+            prepared.prelude.extend(part.prelude)
+            prepared.approved.extend(part.approved)
+        table = ExecutorTable(executors, self._providers)
+        prepared.executors = table
+        prepared.upstream_tools, prepared.tool_choice = self._apply_choice(
+            body.get("tool_choice"), upstream_tools, table
+        )
+        lowered = [*history, *new_input]
+        for provider in self._providers:
+            lowered = provider.lower(lowered, names)
+        prepared.upstream_input = lowered
+        return prepared
+
+    # ------------------------------------------------------------------ tool_choice
+
+    def _apply_choice(
+        self, choice: Any, upstream_tools: list[JsonObject], table: ExecutorTable
+    ) -> tuple[list[JsonObject], Any]:
+        """Translate ``tool_choice`` for the upstream; ``allowed_tools`` (and a choice of a whole
+        MCP server) is enforced by offering the upstream only the allowed tools."""
+        if not isinstance(choice, dict):
+            return upstream_tools, choice
+        kind = choice.get("type")
+        if kind == "allowed_tools":
+            allowed: set[str] = set()
+            for entry in choice.get("tools") or []:
+                if isinstance(entry, dict):
+                    allowed.update(self._names_for(entry, table))
+            mode = choice.get("mode") if choice.get("mode") in ("auto", "required") else "auto"
+            return _only(upstream_tools, allowed), mode
+        provider = self._by_tool_type.get(str(kind))
+        if provider is None:
+            return upstream_tools, choice
+        selected = self._names_for(choice, table)
+        if not selected:
+            raise InvalidRequestError(
+                "tool_choice names a tool that is not available in this request.",
+                param="tool_choice",
+                code="invalid_value",
+            )
+        if len(selected) == 1:
+            return upstream_tools, {"type": "function", "name": selected[0]}
+        return _only(upstream_tools, set(selected)), "required"
+
+    def _names_for(self, entry: JsonObject, table: ExecutorTable) -> list[str]:
+        if entry.get("type") == "function":
+            name = entry.get("name")
+            return [name] if isinstance(name, str) else []
+        provider = self._by_tool_type.get(str(entry.get("type")))
+        if provider is None:
+            return []
+        return provider.choice_names(entry, table) or []
+
+
+def _only(tools: list[JsonObject], names: set[str]) -> list[JsonObject]:
+    return [t for t in tools if t.get("type") != "function" or t.get("name") in names]

@@ -1,0 +1,329 @@
+"""The tool loop through ResponsesService, with a scripted upstream and hand-written tools."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from app.core.loop import LoopLimits
+from app.core.observe import ToolCallEvent, ToolEvents
+from app.core.ports import GatewayCall, PreparedTools, ToolExecutor, ToolResult
+from app.core.service import ResponsesService
+from app.errors import UpstreamUnreachableError
+from app.tools.mcp import PRESENTATION, lower_mcp_items
+from app.tools.registry import NameTable
+from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
+from tests.lifecycle import assert_lifecycle
+
+JsonObject = dict[str, Any]
+
+
+class FakeTool:
+    """A gateway tool presented as an ``mcp_call`` on server ``fake``."""
+
+    presentation = PRESENTATION
+
+    def __init__(self, tool: str, answer: Callable[[JsonObject], Any]) -> None:
+        self.tool = tool
+        self.answer = answer
+        self.running = 0
+        self.max_running = 0
+
+    def _item(self, call: GatewayCall, **fields: Any) -> JsonObject:
+        base = {
+            "id": call.item_id or f"mcp_{call.call_id}",
+            "type": "mcp_call",
+            "server_label": "fake",
+            "name": self.tool,
+            "arguments": call.arguments,
+            "approval_request_id": call.approval_request_id,
+            "output": None,
+            "error": None,
+            "status": "in_progress",
+        }
+        return base | fields
+
+    def open_item(self, call: GatewayCall) -> JsonObject:
+        return self._item(call, arguments="")
+
+    def needs_approval(self, call: GatewayCall) -> bool:
+        return False
+
+    def approval_item(self, call: GatewayCall) -> JsonObject:
+        raise AssertionError("no approvals here")
+
+    async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            result = self.answer(json.loads(call.arguments or "{}"))
+            if asyncio.iscoroutine(result):
+                result = await result
+        finally:
+            self.running -= 1
+        return ToolResult(
+            self._item(call, output=str(result), status="completed"), str(result), True
+        )
+
+    def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
+        error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
+        return ToolResult(self._item(call, error=error, status=status), f"Error: {message}", False)
+
+
+class FakeToolKit:
+    def __init__(self, tools: list[FakeTool]) -> None:
+        self.tools = {f"mcp__fake__{t.tool}": t for t in tools}
+
+    def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
+        return any(t.get("type") == "fake" for t in body.get("tools") or []) or any(
+            i.get("type") == "mcp_call" for i in items
+        )
+
+    async def prepare(
+        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+    ) -> PreparedTools:
+        client = [t for t in body.get("tools") or [] if t.get("type") == "function"]
+        functions = [
+            {"type": "function", "name": name, "parameters": {"type": "object"}}
+            for name in self.tools
+        ]
+        executors: Mapping[str, ToolExecutor] = dict(self.tools)
+        return PreparedTools(
+            executors=executors,
+            upstream_tools=[*client, *functions],
+            tool_choice=body.get("tool_choice"),
+            upstream_input=lower_mcp_items([*history, *new_input], NameTable()),
+            prelude=[],
+            approved=[],
+        )
+
+
+def make_service(
+    rounds: list[list[JsonObject]], tools: list[FakeTool], **limits: Any
+) -> tuple[ResponsesService, ScriptedUpstream, MemoryResponseStore]:
+    upstream = ScriptedUpstream(rounds)
+    store = MemoryResponseStore()
+    service = ResponsesService(
+        upstream, store, toolkit=FakeToolKit(tools), limits=LoopLimits(**limits)
+    )
+    return service, upstream, store
+
+
+async def run_stream(service: ResponsesService, body: JsonObject) -> list[JsonObject]:
+    return [e async for e in await service.open_stream({**body, "stream": True}, {})]
+
+
+BODY: JsonObject = {"model": "m", "input": "add 2 and 3", "tools": [{"type": "fake"}]}
+
+
+def add_tool() -> FakeTool:
+    return FakeTool("add", lambda a: a["a"] + a["b"])
+
+
+async def test_two_rounds_stream_one_lifecycle_and_feed_the_model_its_call() -> None:
+    call = function_call("mcp__fake__add", '{"a": 2, "b": 3}', call_id="call_model_1")
+    service, upstream, _ = make_service([[call], [message("5")]], [add_tool()])
+    events = await run_stream(service, BODY)
+    final = assert_lifecycle(events)
+    types = [e["type"] for e in events]
+    assert "response.function_call_arguments.delta" not in types
+    assert types.count("response.mcp_call.in_progress") == 1
+    assert types.count("response.mcp_call_arguments.done") == 1
+    assert types.count("response.mcp_call.completed") == 1
+    assert [i["type"] for i in final["output"]] == ["mcp_call", "message"]
+    assert final["output"][0]["output"] == "5" and final["output"][0]["status"] == "completed"
+    assert final["output"][0]["arguments"] == '{"a": 2, "b": 3}'
+    assert final["usage"]["total_tokens"] == 30
+    second = upstream.requests[1]["input"]
+    assert [i["type"] for i in second[-2:]] == ["function_call", "function_call_output"]
+    assert second[-2]["call_id"] == second[-1]["call_id"] == "call_model_1"
+    assert second[-1]["output"] == "5"
+    assert upstream.requests[0]["tools"][0]["name"] == "mcp__fake__add"
+    stored = await service.get(final["id"])
+    assert stored == final
+
+
+async def test_json_and_stream_give_the_same_output() -> None:
+    def script() -> list[list[JsonObject]]:
+        return [[function_call("mcp__fake__add", '{"a": 1, "b": 1}')], [message("2")]]
+
+    service, _, _ = make_service(script(), [add_tool()])
+    streamed = assert_lifecycle(await run_stream(service, BODY))
+    service, upstream, _ = make_service(script(), [add_tool()])
+    plain = await service.create(BODY, {})
+    assert upstream.requests[0]["stream"] is False
+
+    def strip(r: JsonObject) -> list[JsonObject]:
+        return [{k: v for k, v in i.items() if k != "id"} for i in r["output"]]
+
+    assert strip(plain) == strip(streamed)
+
+
+async def test_parallel_calls_run_concurrently_and_report_in_call_order() -> None:
+    async def slow(args: JsonObject) -> str:
+        await asyncio.sleep(0.05 if args["n"] == 1 else 0.0)
+        return f"r{args['n']}"
+
+    tool = FakeTool("slow", slow)
+    calls = [function_call("mcp__fake__slow", json.dumps({"n": n})) for n in (1, 2, 3)]
+    service, upstream, _ = make_service([calls, [message("ok")]], [tool])
+    final = assert_lifecycle(await run_stream(service, BODY))
+    assert [i.get("output") for i in final["output"][:3]] == ["r1", "r2", "r3"]
+    assert tool.max_running == 3
+    outputs = [i for i in upstream.requests[1]["input"] if i["type"] == "function_call_output"]
+    assert [o["output"] for o in outputs] == ["r1", "r2", "r3"]
+
+
+async def test_concurrency_is_bounded() -> None:
+    async def slow(args: JsonObject) -> str:
+        await asyncio.sleep(0.01)
+        return "x"
+
+    tool = FakeTool("slow", slow)
+    calls = [function_call("mcp__fake__slow", "{}") for _ in range(6)]
+    service, _, _ = make_service([calls, [message("ok")]], [tool], max_concurrency=2)
+    assert_lifecycle(await run_stream(service, BODY))
+    assert tool.max_running == 2
+
+
+async def test_failing_tool_is_data_for_the_model_and_the_loop_goes_on() -> None:
+    def boom(args: JsonObject) -> str:
+        raise RuntimeError("disk on fire")
+
+    service, upstream, _ = make_service(
+        [[function_call("mcp__fake__boom", "{}")], [message("sorry")]], [FakeTool("boom", boom)]
+    )
+    events = await run_stream(service, BODY)
+    final = assert_lifecycle(events)
+    assert final["status"] == "completed"
+    assert final["output"][0]["status"] == "failed"
+    assert "disk on fire" in json.dumps(final["output"][0]["error"])
+    assert "response.mcp_call.failed" in [e["type"] for e in events]
+    fed = upstream.requests[1]["input"][-1]
+    assert fed["type"] == "function_call_output" and "disk on fire" in fed["output"]
+
+
+async def test_slow_tool_hits_its_timeout() -> None:
+    async def hang(args: JsonObject) -> str:
+        await asyncio.sleep(30)
+        return "never"
+
+    service, upstream, _ = make_service(
+        [[function_call("mcp__fake__hang", "{}")], [message("gave up")]],
+        [FakeTool("hang", hang)],
+        call_timeout=0.05,
+    )
+    # The loop's backstop is the call timeout plus a second; a well-behaved executor applies
+    # ``timeout`` itself, this one does not.
+    final = assert_lifecycle(await run_stream(service, BODY))
+    assert final["output"][0]["status"] == "failed"
+    assert "timed out" in upstream.requests[1]["input"][-1]["output"]
+
+
+async def test_round_cap_gives_incomplete_and_does_not_run_the_last_calls() -> None:
+    tool = FakeTool("add", lambda a: 1)
+    rounds = [[function_call("mcp__fake__add", "{}")] for _ in range(3)]
+    service, upstream, _ = make_service(rounds, [tool], max_rounds=2)
+    events = await run_stream(service, BODY)
+    final = assert_lifecycle(events)
+    assert events[-1]["type"] == "response.incomplete"
+    assert final["status"] == "incomplete"
+    assert final["incomplete_details"] == {"reason": "max_tool_rounds"}
+    assert len(upstream.requests) == 2
+    assert [i["status"] for i in final["output"]] == ["completed", "incomplete"]
+    assert await service.get(final["id"]) == final
+
+
+async def test_mixed_round_runs_gateway_calls_then_returns_the_client_calls() -> None:
+    body = {**BODY, "tools": [{"type": "fake"}, {"type": "function", "name": "get_weather"}]}
+    rounds = [
+        [
+            function_call("mcp__fake__add", '{"a": 1, "b": 2}'),
+            function_call("get_weather", '{"city": "Paris"}', call_id="call_w"),
+        ]
+    ]
+    service, upstream, _ = make_service(rounds, [add_tool()])
+    final = assert_lifecycle(await run_stream(service, body))
+    assert [i["type"] for i in final["output"]] == ["mcp_call", "function_call"]
+    assert final["output"][0]["output"] == "3"
+    assert final["output"][1]["call_id"] == "call_w"
+    assert len(upstream.requests) == 1
+    # The client answers its call; the continuation carries the MCP call lowered.
+    upstream.rounds.append([message("sunny, and 3")])
+    follow = await service.create(
+        {
+            "model": "m",
+            "previous_response_id": final["id"],
+            "tools": body["tools"],
+            "input": [{"type": "function_call_output", "call_id": "call_w", "output": "sunny"}],
+        },
+        {},
+    )
+    assert follow["status"] == "completed"
+    sent = upstream.requests[1]["input"]
+    kinds = [i["type"] for i in sent]
+    assert kinds == [
+        "message",
+        "function_call",
+        "function_call_output",
+        "function_call",
+        "function_call_output",
+    ]
+    assert sent[1]["name"] == "mcp__fake__add" and sent[2]["output"] == "3"
+
+
+async def test_max_tool_calls_stops_further_calls_and_tells_the_model() -> None:
+    calls = [function_call("mcp__fake__add", '{"a": 1, "b": 1}') for _ in range(2)]
+    service, upstream, _ = make_service([calls, [message("done")]], [add_tool()])
+    final = assert_lifecycle(await run_stream(service, {**BODY, "max_tool_calls": 1}))
+    assert [i["status"] for i in final["output"][:2]] == ["completed", "incomplete"]
+    assert "max_tool_calls" in upstream.requests[1]["input"][-1]["output"]
+    assert "max_tool_calls" not in upstream.requests[0]
+    assert final["max_tool_calls"] == 1
+
+
+async def test_tool_events_reach_the_hook() -> None:
+    seen: list[ToolCallEvent] = []
+    events = ToolEvents()
+    events.subscribe(seen.append)
+    upstream = ScriptedUpstream(
+        [[function_call("mcp__fake__add", '{"a":1,"b":1}')], [message("2")]]
+    )
+    service = ResponsesService(
+        upstream, MemoryResponseStore(), toolkit=FakeToolKit([add_tool()]), tool_events=events
+    )
+    await service.create(BODY, {})
+    assert [e.phase for e in seen] == ["start", "complete"]
+    assert seen[1].ok is True and seen[1].preview == "2" and seen[1].duration_ms is not None
+    assert seen[0].tool == "mcp__fake__add" and seen[0].round == 1
+
+
+class FailingSecondRound(ScriptedUpstream):
+    async def stream_response(self, body: JsonObject, headers: Mapping[str, str]) -> Any:
+        if self.requests:
+            self.requests.append(body)
+            raise UpstreamUnreachableError("upstream went away")
+        return await super().stream_response(body, headers)
+
+
+async def test_upstream_failure_in_a_later_round_fails_the_stream_cleanly() -> None:
+    upstream = FailingSecondRound([[function_call("mcp__fake__add", '{"a":1,"b":1}')]])
+    store = MemoryResponseStore()
+    service = ResponsesService(upstream, store, toolkit=FakeToolKit([add_tool()]))
+    events = await run_stream(service, BODY)
+    final = assert_lifecycle(events)
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    assert final["output"][0]["status"] == "completed"
+    assert store.responses == {}
+
+
+async def test_requests_without_gateway_tools_keep_the_plain_path() -> None:
+    service, upstream, _ = make_service([[message("hi")]], [add_tool()])
+    upstream.events = []
+    body = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}]}
+    upstream.body = {"status": "completed", "output": [message("hi")]}
+    response = await service.create(body, {})
+    assert upstream.requests == [body]
+    assert response["output"][0]["type"] == "message"
