@@ -230,6 +230,19 @@ def round_events(items: list[JsonObject], *, usage: JsonObject | None = None) ->
                         "delta": chunk,
                     }
                 )
+        elif item["type"] == "reasoning":
+            # vLLM's shapes: reasoning_part.* around reasoning_text deltas.
+            text = "".join(p.get("text", "") for p in item.get("content") or [])
+            opened = {**item, "content": None, "status": "in_progress"}
+            address = {"output_index": index, "item_id": item["id"], "content_index": 0}
+            part = {"type": "reasoning_text", "text": ""}
+            events += [
+                {"type": "response.output_item.added", "output_index": index, "item": opened},
+                {"type": "response.reasoning_part.added", **address, "part": part},
+                {"type": "response.reasoning_text.delta", **address, "delta": text},
+                {"type": "response.reasoning_text.done", **address, "text": text},
+                {"type": "response.reasoning_part.done", **address, "part": {**part, "text": text}},
+            ]
         elif item["type"] == "function_call":
             opened = {**item, "arguments": "", "status": "in_progress"}
             events.append(
