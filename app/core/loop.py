@@ -232,7 +232,14 @@ class ToolLoop:
         """Start the first round now when nothing has to run before it, so that an upstream
         that refuses the request is reported before the client's stream starts."""
         if not self._prepared.approved:
-            self._pending = await self._open_round()
+            deadline = self._limits.round_timeout
+            try:
+                async with asyncio.timeout(deadline):
+                    self._pending = await self._open_round()
+            except TimeoutError:
+                raise UpstreamTimeoutError(
+                    f"the upstream did not answer round 1 within {deadline} s"
+                ) from None
 
     async def events(self) -> AsyncIterator[JsonObject]:
         """The client's events for every round; sets the final state when it ends."""

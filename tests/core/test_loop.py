@@ -7,11 +7,13 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
+
 from app.core.loop import LoopLimits
 from app.core.observe import ToolCallEvent, ToolEvents
 from app.core.ports import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.core.service import ResponsesService
-from app.errors import UpstreamUnreachableError
+from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.tools.mcp import PRESENTATION, lower_mcp_items
 from app.tools.registry import NameTable
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
@@ -327,3 +329,36 @@ async def test_requests_without_gateway_tools_keep_the_plain_path() -> None:
     response = await service.create(body, {})
     assert upstream.requests == [body]
     assert response["output"][0]["type"] == "message"
+
+
+async def test_a_round_that_takes_too_long_times_out() -> None:
+    upstream = ScriptedUpstream([[message("late")]], delay=0.5)
+    service = ResponsesService(
+        upstream,
+        MemoryResponseStore(),
+        toolkit=FakeToolKit([add_tool()]),
+        limits=LoopLimits(round_timeout=0.05),
+    )
+    with pytest.raises(UpstreamTimeoutError):
+        await service.create(BODY, {})
+    with pytest.raises(UpstreamTimeoutError):  # before the stream starts: an HTTP 504
+        await run_stream(service, BODY)
+
+
+class SlowSecondRound(ScriptedUpstream):
+    async def stream_response(self, body: JsonObject, headers: Mapping[str, str]) -> Any:
+        self.delay = 0.5 if self.requests else 0.0
+        return await super().stream_response(body, headers)
+
+
+async def test_a_later_round_that_takes_too_long_fails_the_stream() -> None:
+    upstream = SlowSecondRound([[function_call("mcp__fake__add", '{"a":1,"b":1}')], [message("x")]])
+    service = ResponsesService(
+        upstream,
+        MemoryResponseStore(),
+        toolkit=FakeToolKit([add_tool()]),
+        limits=LoopLimits(round_timeout=0.1),
+    )
+    events = await run_stream(service, BODY)
+    assert_lifecycle(events)
+    assert events[-2]["type"] == "error" and events[-2]["code"] == "upstream_timeout"
