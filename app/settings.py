@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Self
+from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -13,11 +15,106 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+if TYPE_CHECKING:
+    from app.tools.mcp_client import McpServerSpec
+
+
+class McpServerConfig(BaseModel):
+    """One MCP server the operator configures (``[[mcp.servers]]``); its tools are trusted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    label: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    url: str | None = None
+    command: list[str] | None = None
+    transport: Literal["streamable_http", "sse"] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    headers_from_env: dict[str, str] = Field(default_factory=dict)
+    allowed_tools: list[str] | None = None
+    require_approval: Literal["always", "never"] | dict[str, Any] = "never"
+    description: str | None = None
+
+    @model_validator(mode="after")
+    def _one_endpoint(self) -> Self:
+        if (self.url is None) == (self.command is None):
+            raise ValueError(
+                f"MCP server {self.label!r}: set exactly one of url (HTTP) and command (stdio)"
+            )
+        if self.url is not None:
+            parts = urlsplit(self.url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"MCP server {self.label!r}: url must be an http(s) URL")
+        if self.command is not None:
+            if not self.command or not self.command[0]:
+                raise ValueError(f"MCP server {self.label!r}: command must name a program")
+            if self.transport is not None:
+                raise ValueError(
+                    f"MCP server {self.label!r}: transport applies to url servers only"
+                )
+        return self
+
+    def to_spec(self, environ: Mapping[str, str]) -> McpServerSpec:
+        """The client spec, with ``headers_from_env`` resolved from ``environ``.
+
+        Raises ValueError naming the environment variable that is not set.
+        """
+        # Imported here: the MCP SDK is heavy and most commands never build a spec.
+        from app.tools.mcp_client import McpServerSpec, transport_for_url
+
+        headers = dict(self.headers)
+        for header, variable in self.headers_from_env.items():
+            value = environ.get(variable)
+            if value is None:
+                raise ValueError(
+                    f"MCP server {self.label!r}: header {header} comes from the environment "
+                    f"variable {variable}, which is not set"
+                )
+            headers[header] = value
+        if self.command is not None:
+            return McpServerSpec(
+                label=self.label,
+                transport="stdio",
+                command=tuple(self.command),
+                env=dict(self.env),
+                headers=headers,
+            )
+        assert self.url is not None  # validated: exactly one of url and command
+        return McpServerSpec(
+            label=self.label,
+            url=self.url,
+            transport=self.transport or transport_for_url(self.url),
+            env=dict(self.env),
+            headers=headers,
+        )
+
+
+class McpSettings(BaseModel):
+    """MCP client settings (``[mcp]``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    allowed_hosts: list[str] = Field(default_factory=list)
+    allow_link_local: bool = False
+    connect_timeout: float = Field(default=10.0, gt=0)
+    servers: list[McpServerConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique_labels(self) -> Self:
+        seen: set[str] = set()
+        for server in self.servers:
+            if server.label in seen:
+                raise ValueError(f"MCP server label {server.label!r} is used more than once")
+            seen.add(server.label)
+        return self
+
 
 class Settings(BaseSettings):
     """Every key here is documented, with its default, in config/respgate.example.toml."""
 
-    model_config = SettingsConfigDict(env_prefix="RESPGATE_", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="RESPGATE_", extra="forbid", env_nested_delimiter="__"
+    )
 
     host: str = "0.0.0.0"
     port: int = 9000
@@ -35,6 +132,15 @@ class Settings(BaseSettings):
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     wait_for_upstream: float = Field(default=0.0, ge=0)
+
+    # The server-side tool loop.
+    tool_max_rounds: int = Field(default=10, ge=1, le=100)
+    tool_call_timeout: float = Field(default=60.0, gt=0)
+    tool_max_concurrency: int = Field(default=5, ge=1, le=64)
+    # Default: None, meaning upstream_read_timeout.
+    tool_round_timeout: float | None = Field(default=None, gt=0)
+
+    mcp: McpSettings = Field(default_factory=McpSettings)
 
     @field_validator("upstream_url")
     @classmethod

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from app.settings import Settings, load_settings
+from app.settings import McpServerConfig, McpSettings, Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +55,13 @@ def test_example_config_documents_every_key() -> None:
     example = ROOT / "config" / "respgate.example.toml"
     text = example.read_text()
     for name in Settings.model_fields:
-        assert f"{name} =" in text, f"{name} is not documented in {example.name}"
+        documented = f"{name} =" in text or f"[{name}]" in text
+        assert documented, f"{name} is not documented in {example.name}"
+    for name in McpSettings.model_fields:
+        documented = f"{name} =" in text or f"[[mcp.{name}]]" in text
+        assert documented, f"mcp.{name} is not documented in {example.name}"
+    for name in McpServerConfig.model_fields:
+        assert f"#   {name} " in text, f"mcp.servers {name} is not documented in {example.name}"
     assert load_settings(example) == Settings()
 
 
@@ -65,3 +72,140 @@ def test_invalid_values_are_rejected(tmp_path: Path) -> None:
         load_settings(config)
     with pytest.raises(FileNotFoundError):
         load_settings(tmp_path / "missing.toml")
+
+
+def test_tool_loop_defaults_and_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    assert (settings.tool_max_rounds, settings.tool_call_timeout) == (10, 60.0)
+    assert (settings.tool_max_concurrency, settings.tool_round_timeout) == (5, None)
+    assert settings.mcp == McpSettings()
+    assert settings.mcp.connect_timeout == 10.0
+    monkeypatch.setenv("RESPGATE_TOOL_ROUND_TIMEOUT", "30")
+    assert load_settings().tool_round_timeout == 30.0
+    for key, value in [
+        ("tool_max_rounds", 0),
+        ("tool_max_rounds", 101),
+        ("tool_call_timeout", 0),
+        ("tool_max_concurrency", 65),
+        ("tool_round_timeout", -1),
+    ]:
+        with pytest.raises(ValidationError):
+            Settings(**{key: value})
+
+
+def test_mcp_servers_from_toml(tmp_path: Path) -> None:
+    config = tmp_path / "respgate.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            tool_max_rounds = 4
+
+            [mcp]
+            allowed_hosts = ["mcp.example.com", "*.internal:8443"]
+            connect_timeout = 3.5
+
+            [[mcp.servers]]
+            label = "docs"
+            url = "https://mcp.example.com/mcp"
+            headers = { "X-Team" = "search" }
+            headers_from_env = { "Authorization" = "DOCS_TOKEN" }
+            allowed_tools = ["search"]
+            description = "Documentation search"
+
+            [[mcp.servers]]
+            label = "legacy"
+            url = "http://127.0.0.1:8080/sse"
+
+            [[mcp.servers]]
+            label = "files"
+            command = ["python", "-m", "files_server", "--stdio"]
+            env = { "ROOT" = "/srv" }
+            require_approval = { never = { tool_names = ["read"] } }
+            """
+        )
+    )
+    settings = load_settings(config)
+    assert settings.tool_max_rounds == 4
+    mcp = settings.mcp
+    assert mcp.allowed_hosts == ["mcp.example.com", "*.internal:8443"]
+    assert (mcp.connect_timeout, mcp.allow_link_local) == (3.5, False)
+    docs, legacy, files = mcp.servers
+    assert (docs.require_approval, docs.allowed_tools) == ("never", ["search"])
+
+    spec = docs.to_spec({"DOCS_TOKEN": "Bearer s3cret"})
+    assert (spec.label, spec.url, spec.transport) == (
+        "docs",
+        "https://mcp.example.com/mcp",
+        "streamable_http",
+    )
+    assert dict(spec.headers) == {"X-Team": "search", "Authorization": "Bearer s3cret"}
+    with pytest.raises(ValueError, match="DOCS_TOKEN"):
+        docs.to_spec({})
+
+    assert legacy.to_spec({}).transport == "sse"
+
+    stdio = files.to_spec({})
+    assert (stdio.transport, stdio.url) == ("stdio", None)
+    assert stdio.command == ("python", "-m", "files_server", "--stdio")
+    assert dict(stdio.env) == {"ROOT": "/srv"}
+    assert files.require_approval == {"never": {"tool_names": ["read"]}}
+
+
+def test_mcp_nested_environment_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RESPGATE_MCP__ALLOWED_HOSTS", '["a.example.com", "b.example.com"]')
+    monkeypatch.setenv("RESPGATE_MCP__ALLOW_LINK_LOCAL", "true")
+    settings = load_settings()
+    assert settings.mcp.allowed_hosts == ["a.example.com", "b.example.com"]
+    assert settings.mcp.allow_link_local is True
+    assert settings.mcp.connect_timeout == 10.0
+
+    # the environment overrides the file key by key; the file's other keys stay
+    config = tmp_path / "respgate.toml"
+    config.write_text('[mcp]\nconnect_timeout = 2.0\nallowed_hosts = ["toml.example.com"]\n')
+    settings = load_settings(config)
+    assert settings.mcp.allowed_hosts == ["a.example.com", "b.example.com"]
+    assert settings.mcp.connect_timeout == 2.0
+
+    monkeypatch.setenv(
+        "RESPGATE_MCP__SERVERS", '[{"label": "env", "url": "http://127.0.0.1:9/mcp"}]'
+    )
+    assert [server.label for server in load_settings().mcp.servers] == ["env"]
+
+
+@pytest.mark.parametrize(
+    ("server", "message"),
+    [
+        ({"label": "both", "url": "http://h/mcp", "command": ["x"]}, "exactly one of url"),
+        ({"label": "neither"}, "exactly one of url"),
+        ({"label": "bad label!", "url": "http://h/mcp"}, "pattern"),
+        ({"label": "x" * 65, "url": "http://h/mcp"}, "pattern"),
+        ({"label": "ftp", "url": "ftp://h/mcp"}, "http"),
+        ({"label": "empty", "command": []}, "command"),
+        ({"label": "stdio-sse", "command": ["x"], "transport": "sse"}, "url servers only"),
+        ({"label": "t", "url": "http://h/mcp", "transport": "stdio"}, "transport"),
+        ({"label": "a", "url": "http://h/mcp", "require_approval": "sometimes"}, "approval"),
+        ({"label": "typo", "url": "http://h/mcp", "header": {}}, "header"),
+    ],
+)
+def test_invalid_mcp_servers_are_rejected(server: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        McpSettings(servers=[server])  # type: ignore[list-item]
+
+
+def test_mcp_labels_are_unique(tmp_path: Path) -> None:
+    config = tmp_path / "dup.toml"
+    config.write_text(
+        '[[mcp.servers]]\nlabel = "a"\nurl = "http://h/mcp"\n'
+        '[[mcp.servers]]\nlabel = "a"\ncommand = ["x"]\n'
+    )
+    with pytest.raises(ValidationError, match="used more than once"):
+        load_settings(config)
+    with pytest.raises(ValidationError):
+        load_settings(tmp_path / "dup.toml", mcp={"unknown": 1})
+
+
+def test_mcp_server_config_defaults() -> None:
+    server = McpServerConfig(label="x", url="http://127.0.0.1:1/mcp")
+    assert server.require_approval == "never"
+    assert (server.allowed_tools, server.description, server.transport) == (None, None, None)
+    assert (server.env, server.headers, server.headers_from_env) == ({}, {}, {})
