@@ -88,8 +88,10 @@ class _Server:
         allowed_tools: list[str] | None,
         require_approval: Any,
         connect_timeout: float,
+        description: str | None = None,
     ) -> None:
         self.label = label
+        self.description = description
         self._spec = spec
         self._pool = pool
         self.allowed_tools = allowed_tools
@@ -318,7 +320,7 @@ class McpToolProvider:
                     {
                         "type": "function",
                         "name": name,
-                        "description": info.description or "",
+                        "description": _describe(info, server),
                         "parameters": info.input_schema,
                         "strict": False,
                     }
@@ -345,6 +347,7 @@ class McpToolProvider:
                 allowed_tools=allowed if allowed is not None else configured.allowed_tools,
                 require_approval=tool.get("require_approval", configured.require_approval),
                 connect_timeout=self.policy.connect_timeout,
+                description=tool.get("server_description") or configured.description,
             )
         if not isinstance(url, str) or not url:
             raise InvalidRequestError(
@@ -380,6 +383,7 @@ class McpToolProvider:
             allowed_tools=allowed,
             require_approval=tool.get("require_approval", "always"),
             connect_timeout=self.policy.connect_timeout,
+            description=tool.get("server_description"),
         )
 
     async def _listing(
@@ -483,6 +487,14 @@ class McpToolProvider:
 
     def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
         return lower_mcp_items(items, names)
+
+
+def _describe(info: McpToolInfo, server: _Server) -> str:
+    """The function description the model reads: the tool's, then its server's."""
+    text = info.description or ""
+    if server.description:
+        text = f"{text}\n\n(MCP server '{server.label}': {server.description})".strip()
+    return text
 
 
 def _allowed_names(value: Any) -> list[str] | None:

@@ -346,3 +346,11 @@ def test_lowering_turns_mcp_items_into_calls_and_outputs() -> None:
     assert lowered[3]["name"] == "mcp__counter__sum"
     assert lowered[5]["output"] == "The user declined this tool call. Reason: no echo today"
     assert lowered[6]["output"] == "3"
+
+
+async def test_server_description_reaches_the_model(counter_url: str) -> None:
+    tool = mcp_tool(counter_url, allowed_tools=["sum"], server_description="Arithmetic helpers")
+    prepared = await prepare({"tools": [tool]})
+    [function] = prepared.upstream_tools
+    assert function["description"].startswith("Calculate the sum of two numbers")
+    assert "Arithmetic helpers" in function["description"]
