@@ -217,6 +217,7 @@ class ToolLoop:
         self._view: _RoundView | None = None
         self._held: dict[str, tuple[GatewayCall, ToolExecutor]] = {}
         self._calls_run = 0
+        self._results_fed = False
         self._round = 0
         self.output: list[JsonObject] = []
         self.upstream_response: JsonObject = {}
@@ -299,6 +300,11 @@ class ToolLoop:
 
     async def _open_round(self) -> UpstreamEventStream:
         body = {**self._body, "input": self._model_items, "stream": self._stream}
+        if self._results_fed and body.get("tool_choice") not in (None, "auto", "none"):
+            # A forced choice (``required``, a named tool) has been honoured once the model's
+            # call ran: forcing it again would keep the model from ever answering (vLLM decodes
+            # a forced choice as structured output that must contain a call).
+            body["tool_choice"] = "auto"
         if self._stream:
             return await self._upstream.stream_response(body, self._headers)
         return _SingleEventStream(await self._upstream.create_response(body, self._headers))
@@ -421,6 +427,7 @@ class ToolLoop:
                 result = refused.get(call.item_id) or await tasks[call.item_id]
                 for event in self._close_call(call, executor, result):
                     yield event
+                self._results_fed = True
                 self._model_items.append(
                     {
                         "type": "function_call_output",

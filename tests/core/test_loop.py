@@ -362,3 +362,10 @@ async def test_a_later_round_that_takes_too_long_fails_the_stream() -> None:
     events = await run_stream(service, BODY)
     assert_lifecycle(events)
     assert events[-2]["type"] == "error" and events[-2]["code"] == "upstream_timeout"
+
+
+async def test_a_forced_tool_choice_is_relaxed_once_the_forced_call_ran() -> None:
+    call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
+    service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
+    await service.create({**BODY, "tool_choice": "required"}, {})
+    assert [r["tool_choice"] for r in upstream.requests] == ["required", "auto"]
