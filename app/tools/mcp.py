@@ -112,6 +112,10 @@ class _Server:
                 )
             return self._session
 
+    @property
+    def pooled(self) -> bool:
+        return self._pool is not None
+
     async def broken(self) -> None:
         if self._pool is not None:
             await self._pool.discard(self.label)
@@ -282,6 +286,7 @@ class McpToolProvider:
         self.policy = policy or McpPolicy()
         self.configured = dict(configured or {})
         self.pool = pool
+        self._pooled_tools: dict[str, tuple[McpSession, list[McpToolInfo]]] = {}
 
     # ------------------------------------------------------------------ prepare
 
@@ -403,7 +408,15 @@ class McpToolProvider:
         }
         try:
             session = await server.session()
-            listed = await session.list_tools(timeout=self.policy.list_timeout)
+            cached = self._pooled_tools.get(server.label) if server.pooled else None
+            if cached is not None and cached[0] is session and not session.closed:
+                listed = cached[1]
+            else:
+                listed = await session.list_tools(timeout=self.policy.list_timeout)
+                if server.pooled:
+                    # A configured server's session outlives the request: its listing is kept
+                    # with it (a new session lists again).
+                    self._pooled_tools[server.label] = (session, listed)
         except McpError as exc:
             logger.warning("MCP list_tools failed", extra={"server_label": server.label})
             await server.broken()
