@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping
 import httpx
 import orjson
 
-from app.core.ports import JsonObject, RawReply
+from app.core.ports import JsonObject, RawReply, SingleResponseStream
 from app.errors import (
     UpstreamError,
     UpstreamHTTPError,
@@ -22,7 +22,7 @@ from app.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from app.upstream.responses import SingleResponseStream, decode_response, error_envelope
+from app.upstream.responses import decode_response, error_envelope
 from app.upstream.sse import parse_sse_lines
 
 try:  # the aiohttp adapter's own line splitter, where this version of the app has one

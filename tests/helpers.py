@@ -37,3 +37,16 @@ def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def without_parsed(value: Any) -> Any:
+    """The SDK adds ``parsed`` (``parsed_arguments``) to streamed items; the wire has none."""
+    if isinstance(value, dict):
+        return {
+            k: without_parsed(v)
+            for k, v in value.items()
+            if k not in ("parsed", "parsed_arguments")
+        }
+    if isinstance(value, list):
+        return [without_parsed(v) for v in value]
+    return value

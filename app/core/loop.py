@@ -29,6 +29,7 @@ from app.core.observe import ToolCallEvent, ToolEvents, preview_of
 from app.core.ports import (
     GatewayCall,
     PreparedTools,
+    SingleResponseStream,
     ToolExecutor,
     ToolResult,
     Upstream,
@@ -53,26 +54,6 @@ class LoopLimits:
     call_timeout: float = 60.0
     max_concurrency: int = 5
     round_timeout: float | None = None
-
-
-class _SingleEventStream:
-    """A non-streaming upstream answer as the one terminal event of a stream."""
-
-    def __init__(self, response: JsonObject) -> None:
-        self._response = response
-
-    def __aiter__(self) -> AsyncIterator[JsonObject]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[JsonObject]:
-        status = self._response.get("status") or "completed"
-        kind = {"incomplete": ev.RESPONSE_INCOMPLETE, "failed": ev.RESPONSE_FAILED}.get(
-            status, ev.RESPONSE_COMPLETED
-        )
-        yield {"type": kind, "response": self._response}
-
-    async def aclose(self) -> None:
-        return None
 
 
 class _RoundView:
@@ -307,7 +288,7 @@ class ToolLoop:
             body["tool_choice"] = "auto"
         if self._stream:
             return await self._upstream.stream_response(body, self._headers)
-        return _SingleEventStream(await self._upstream.create_response(body, self._headers))
+        return SingleResponseStream(await self._upstream.create_response(body, self._headers))
 
     async def _run_round(self) -> AsyncIterator[JsonObject]:
         offset = len(self.output)

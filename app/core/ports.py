@@ -26,6 +26,26 @@ class UpstreamEventStream(Protocol):
     async def aclose(self) -> None: ...
 
 
+class SingleResponseStream:
+    """A complete Response (a non-streaming answer) as the one terminal event of a stream."""
+
+    def __init__(self, response: JsonObject) -> None:
+        self._response = response
+
+    def __aiter__(self) -> AsyncIterator[JsonObject]:
+        return self._events()
+
+    async def _events(self) -> AsyncIterator[JsonObject]:
+        status = self._response.get("status") or "completed"
+        kind = {"incomplete": "response.incomplete", "failed": "response.failed"}.get(
+            status, "response.completed"
+        )
+        yield {"type": kind, "response": self._response}
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Upstream(Protocol):
     """An inference server that answers Responses API requests.
 

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from app.core.ports import JsonObject, RawReply
+from app.core.ports import JsonObject, RawReply, SingleResponseStream
 from app.errors import (
     UpstreamError,
     UpstreamHTTPError,
@@ -182,26 +182,6 @@ class AiohttpEventStream:
             else:
                 # Closing the connection is how a streaming upstream learns to stop generating.
                 self._resp.close()
-
-
-class SingleResponseStream:
-    """A complete upstream Response presented as the one terminal event of a stream."""
-
-    def __init__(self, response: JsonObject) -> None:
-        self._response = response
-
-    def __aiter__(self) -> AsyncIterator[JsonObject]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[JsonObject]:
-        status = self._response.get("status") or "completed"
-        kind = {"incomplete": "response.incomplete", "failed": "response.failed"}.get(
-            status, "response.completed"
-        )
-        yield {"type": kind, "response": self._response}
-
-    async def aclose(self) -> None:
-        return None
 
 
 def decode_response(raw: bytes) -> JsonObject:

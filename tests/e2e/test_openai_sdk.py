@@ -16,6 +16,7 @@ import pytest
 from app.recording.cassette import Turn, sse_data_events
 from tests.conftest import SHARED_CASSETTES
 from tests.e2e.conftest import gateway_stack
+from tests.helpers import without_parsed
 from tests.lifecycle import assert_lifecycle, project
 
 pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
@@ -56,19 +57,6 @@ def sdk_kwargs(body: dict[str, Any]) -> dict[str, Any]:
     if extra:
         known["extra_body"] = extra
     return known
-
-
-def without_parsed(value: Any) -> Any:
-    """The SDK adds ``parsed`` (``parsed_arguments``) to streamed items; the wire has none."""
-    if isinstance(value, dict):
-        return {
-            k: without_parsed(v)
-            for k, v in value.items()
-            if k not in ("parsed", "parsed_arguments")
-        }
-    if isinstance(value, list):
-        return [without_parsed(v) for v in value]
-    return value
 
 
 def recorded_output(turn: Turn) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ import pytest
 from app.recording.cassette import Turn, sse_data_events
 from tests.e2e import tool_loop_cases as cases
 from tests.e2e.conftest import Stack, gateway_stack
+from tests.helpers import without_parsed
 from tests.lifecycle import assert_lifecycle
 
 JsonObject = dict[str, Any]
@@ -43,19 +44,6 @@ def cassette(name: str) -> Path:
 def dump(model: Any) -> JsonObject:
     data: JsonObject = model.model_dump(mode="json", warnings=False)
     return data
-
-
-def without_parsed(value: Any) -> Any:
-    """The SDK adds ``parsed`` to streamed message parts; the wire has none."""
-    if isinstance(value, dict):
-        return {
-            k: without_parsed(v)
-            for k, v in value.items()
-            if k not in ("parsed", "parsed_arguments")
-        }
-    if isinstance(value, list):
-        return [without_parsed(v) for v in value]
-    return value
 
 
 def number_ids(value: Any) -> Any:
