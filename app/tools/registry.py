@@ -74,8 +74,10 @@ class ToolProvider(Protocol):
         history: list[JsonObject],
         new_input: list[JsonObject],
         names: NameTable,
+        request: JsonObject,
     ) -> ProviderTools:
-        """Resolve this provider's request tools (``(index in tools, tool)``)."""
+        """Resolve this provider's request tools (``(index in tools, tool)``); ``request`` is
+        the whole request body (``include``, ``tool_choice`` …)."""
         ...
 
     def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
@@ -155,7 +157,7 @@ class GatewayToolKit:
                 grouped.setdefault(id(provider), []).append((index, tool))
         parts = await asyncio.gather(
             *(
-                p.prepare(grouped.get(id(p), []), history, new_input, names)
+                p.prepare(grouped.get(id(p), []), history, new_input, names, body)
                 for p in self._providers
             ),
             return_exceptions=True,
