@@ -324,3 +324,121 @@ class ToolKit(Protocol):
         ``history + new_input`` to what the upstream understands. Raises
         ``InvalidRequestError`` for a tool the request may not use."""
         ...
+
+
+# ----------------------------------------------------------------------------- files and vector stores
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """An uploaded file's metadata (its bytes live in a ``BlobStore``)."""
+
+    id: str
+    filename: str
+    purpose: str
+    bytes: int
+    created_at: int
+    expires_at: int | None = None
+    status: str = "processed"
+
+    def to_object(self) -> JsonObject:
+        """OpenAI's File object."""
+        return {
+            "id": self.id,
+            "object": "file",
+            "bytes": self.bytes,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": self.status,
+            "status_details": None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVectorStore:
+    id: str
+    name: str | None
+    created_at: int
+    metadata: dict[str, str]
+    expires_after: JsonObject | None
+    expires_at: int | None
+    last_active_at: int
+    status: str  # "in_progress" while files are being ingested, "completed", "expired"
+    usage_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVectorStoreFile:
+    vector_store_id: str
+    file_id: str
+    created_at: int
+    status: str  # "in_progress" | "completed" | "failed" | "cancelled"
+    last_error: JsonObject | None
+    attributes: dict[str, Any]
+    chunking_strategy: JsonObject
+    usage_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class IndexedChunk:
+    """One chunk of one file, ready for the index (``embedding`` L2-normalized)."""
+
+    position: int
+    text: str
+    tokens: int
+    embedding: list[float]
+
+
+@dataclass(frozen=True, slots=True)
+class SearchHit:
+    file_id: str
+    position: int
+    text: str
+    score: float
+
+
+class Embedder(Protocol):
+    """Turns texts into vectors (a local model or the upstream's ``/v1/embeddings``)."""
+
+    name: str
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        """One L2-normalized vector per text; raises ``EmbeddingsUnavailableError``."""
+        ...
+
+
+class VectorIndex(Protocol):
+    """Chunks with their embeddings, searched by vector, by keyword or both (hybrid).
+
+    The embedded default keeps them in the SQLite database (exact search, FTS5); PostgreSQL
+    uses pgvector and its full-text search. Scores are in [0, 1], higher is better.
+    """
+
+    async def replace_file_chunks(
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+    ) -> None: ...
+
+    async def delete_file(self, vector_store_id: str, file_id: str) -> None: ...
+
+    async def delete_store(self, vector_store_id: str) -> None: ...
+
+    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
+        """The file's chunk texts in order (``GET …/files/{id}/content``)."""
+        ...
+
+    async def search(
+        self,
+        vector_store_id: str,
+        *,
+        embedding: list[float] | None,
+        query: str,
+        limit: int,
+        ranker: str,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        """Best chunks first. ``ranker``: ``"semantic"`` (vector only), ``"keyword"`` (full
+        text only) or ``"hybrid"`` (both, fused by reciprocal rank); ``file_ids`` restricts the
+        search to those files (attribute filters are applied by the caller)."""
+        ...
