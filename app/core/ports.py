@@ -442,3 +442,69 @@ class VectorIndex(Protocol):
         text only) or ``"hybrid"`` (both, fused by reciprocal rank); ``file_ids`` restricts the
         search to those files (attribute filters are applied by the caller)."""
         ...
+
+
+class FileStore(Protocol):
+    """Metadata of files, vector stores and their files (``store.files_sql``)."""
+
+    async def add_file(self, file: StoredFile) -> None: ...
+
+    async def get_file(self, file_id: str) -> StoredFile | None: ...
+
+    async def list_files(
+        self, *, purpose: str | None, after: str | None, limit: int, order: str
+    ) -> list[StoredFile]:
+        """Newest first for ``order="desc"``; ``limit + 1`` rows so callers see ``has_more``;
+        raises ``KeyError`` for an unknown ``after``."""
+        ...
+
+    async def delete_file(self, file_id: str) -> bool:
+        """Also detaches the file from every vector store."""
+        ...
+
+    async def create_vector_store(self, store: StoredVectorStore) -> None: ...
+
+    async def get_vector_store(self, vector_store_id: str) -> StoredVectorStore | None: ...
+
+    async def update_vector_store(self, store: StoredVectorStore) -> None: ...
+
+    async def list_vector_stores(
+        self, *, after: str | None, limit: int, order: str
+    ) -> list[StoredVectorStore]: ...
+
+    async def delete_vector_store(self, vector_store_id: str) -> bool: ...
+
+    async def put_vector_store_file(self, record: StoredVectorStoreFile) -> None:
+        """Insert or replace (status changes, attributes updates)."""
+        ...
+
+    async def get_vector_store_file(
+        self, vector_store_id: str, file_id: str
+    ) -> StoredVectorStoreFile | None: ...
+
+    async def list_vector_store_files(
+        self,
+        vector_store_id: str,
+        *,
+        status: str | None,
+        after: str | None,
+        limit: int,
+        order: str,
+        file_ids: list[str] | None = None,
+    ) -> list[StoredVectorStoreFile]: ...
+
+    async def delete_vector_store_file(self, vector_store_id: str, file_id: str) -> bool: ...
+
+    async def file_counts(self, vector_store_id: str) -> dict[str, int]:
+        """``in_progress``, ``completed``, ``failed``, ``cancelled``, ``total``."""
+        ...
+
+
+class BlobStore(Protocol):
+    """File bytes (the data directory by default)."""
+
+    async def put(self, file_id: str, data: bytes) -> None: ...
+
+    async def get(self, file_id: str) -> bytes | None: ...
+
+    async def delete(self, file_id: str) -> None: ...
