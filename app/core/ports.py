@@ -382,6 +382,15 @@ class StoredVectorStoreFile:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredFileBatch:
+    id: str
+    vector_store_id: str
+    created_at: int
+    status: str  # "in_progress" | "completed" | "failed" | "cancelled"
+    file_ids: list[str]
+
+
+@dataclass(frozen=True, slots=True)
 class IndexedChunk:
     """One chunk of one file, ready for the index (``embedding`` L2-normalized)."""
 
@@ -498,6 +507,12 @@ class FileStore(Protocol):
     async def file_counts(self, vector_store_id: str) -> dict[str, int]:
         """``in_progress``, ``completed``, ``failed``, ``cancelled``, ``total``."""
         ...
+
+    async def put_file_batch(self, batch: StoredFileBatch) -> None: ...
+
+    async def get_file_batch(
+        self, vector_store_id: str, batch_id: str
+    ) -> StoredFileBatch | None: ...
 
 
 class BlobStore(Protocol):
