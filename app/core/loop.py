@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,16 +59,39 @@ class LoopLimits:
 class _RoundView:
     """Rewrites one round's client events: gateway calls become the executor's items."""
 
-    def __init__(self, executors: Mapping[str, ToolExecutor]) -> None:
+    def __init__(
+        self,
+        executors: Mapping[str, ToolExecutor],
+        annotators: list[Callable[[str], list[JsonObject]]] | None = None,
+    ) -> None:
         self.executors = executors
+        self.annotators = annotators or []
         self.calls: dict[str, GatewayCall] = {}  # accumulator item id -> call
         self.approvals: set[str] = set()  # accumulator item ids waiting for approval
         self.open_calls: dict[str, GatewayCall] = {}  # client item id -> call not closed yet
+        # (message id, content index) -> citations added to that output_text part
+        self.citations: dict[tuple[str, int], list[JsonObject]] = {}
+        self._annotation_counts: dict[tuple[str, int], int] = {}
 
     def translate(self, event: JsonObject) -> list[JsonObject]:
         kind = event.get("type")
         if kind == ev.OUTPUT_ITEM_ADDED:
             return self._on_added(event)
+        if self.annotators:
+            if kind == ev.OUTPUT_TEXT_DONE:
+                return self._cite(event)
+            if kind == ev.OUTPUT_TEXT_ANNOTATION_ADDED:
+                key = (str(event.get("item_id")), int(event.get("content_index") or 0))
+                self._annotation_counts[key] = self._annotation_counts.get(key, 0) + 1
+                return [event]
+            if kind == ev.CONTENT_PART_DONE:
+                key = (str(event.get("item_id")), int(event.get("content_index") or 0))
+                if key in self.citations and isinstance(event.get("part"), dict):
+                    _add_citations(event["part"], self.citations[key])
+                return [event]
+            if kind == ev.OUTPUT_ITEM_DONE and (event.get("item") or {}).get("type") == "message":
+                self.patch_message(event["item"])
+                return [event]
         if kind in (ev.FUNCTION_CALL_ARGUMENTS_DELTA, ev.FUNCTION_CALL_ARGUMENTS_DONE):
             call = self.calls.get(str(event.get("item_id")))
             if call is None:
@@ -125,15 +148,60 @@ class _RoundView:
         call.arguments = str(event.get("arguments") or call.arguments)
         return [{**_call_event(names[1], call), "arguments": call.arguments}]
 
+    def _cite(self, event: JsonObject) -> list[JsonObject]:
+        """After an output_text part is complete: the citations of what the tools found."""
+        text = event.get("text")
+        if not isinstance(text, str) or not text:
+            return [event]
+        key = (str(event.get("item_id")), int(event.get("content_index") or 0))
+        found = [a for annotate in self.annotators for a in annotate(text)]
+        if not found:
+            return [event]
+        self.citations[key] = found
+        start = self._annotation_counts.get(key, 0)
+        added = [
+            {
+                "type": ev.OUTPUT_TEXT_ANNOTATION_ADDED,
+                "output_index": event.get("output_index"),
+                "item_id": event.get("item_id"),
+                "content_index": event.get("content_index"),
+                "annotation_index": start + n,
+                "annotation": clone(annotation),
+            }
+            for n, annotation in enumerate(found)
+        ]
+        return [event, *added]
+
+    def patch_message(self, item: JsonObject) -> None:
+        """Give a message item's parts the citations computed for them."""
+        content = item.get("content")
+        if not isinstance(content, list):
+            return
+        for index, part in enumerate(content):
+            extra = self.citations.get((str(item.get("id")), index))
+            if extra and isinstance(part, dict):
+                _add_citations(part, extra)
+
     def client_item(self, item: JsonObject) -> JsonObject:
         """The client's view of a finished round's item (gateway calls: their open item)."""
         call = self.calls.get(str(item.get("id")))
         if call is None:
+            if self.citations and item.get("type") == "message":
+                self.patch_message(item)
             return item
         executor = self.executors[call.name]
         if item.get("id") in self.approvals:
             return executor.approval_item(call)
         return executor.open_item(call) | {"id": call.item_id}
+
+
+def _add_citations(part: JsonObject, citations: list[JsonObject]) -> None:
+    annotations = part.get("annotations")
+    if not isinstance(annotations, list):
+        annotations = part["annotations"] = []
+    for citation in citations:
+        if citation not in annotations:
+            annotations.append(clone(citation))
 
 
 def _added(index: int, item: JsonObject) -> JsonObject:
@@ -293,7 +361,7 @@ class ToolLoop:
     async def _run_round(self) -> AsyncIterator[JsonObject]:
         offset = len(self.output)
         accumulator = ResponseAccumulator(output_offset=offset)
-        view = _RoundView(self._prepared.executors)
+        view = _RoundView(self._prepared.executors, self._prepared.annotators)
         self._accumulator, self._view = accumulator, view
         deadline = self._limits.round_timeout
         try:

@@ -304,6 +304,9 @@ class PreparedTools:
     approved: list[tuple[GatewayCall, ToolExecutor]]
 
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # Citations for the answer: each gets the text of an output_text part once it is complete
+    # and returns annotations (``url_citation``, ``file_citation``) for what the tools found.
+    annotators: list[Callable[[str], list[JsonObject]]] = field(default_factory=list)
 
     async def aclose(self) -> None:
         for closer in self.closers:
@@ -326,7 +329,7 @@ class ToolKit(Protocol):
         ...
 
 
-# ----------------------------------------------------------------------------- files and vector stores
+# ------------------------------------------------------------------ files and vector stores
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,6 +59,7 @@ class ProviderTools:
     prelude: list[PreludeItem] = field(default_factory=list)
     approved: list[tuple[GatewayCall, ToolExecutor]] = field(default_factory=list)
     closers: list[Any] = field(default_factory=list)
+    annotators: list[Callable[[str], list[JsonObject]]] = field(default_factory=list)
 
 
 class ToolProvider(Protocol):
@@ -184,6 +185,7 @@ class GatewayToolKit:
             upstream_tools.extend(part.upstream_tools)
             prepared.prelude.extend(part.prelude)
             prepared.approved.extend(part.approved)
+            prepared.annotators.extend(part.annotators)
         table = ExecutorTable(executors, self._providers)
         prepared.executors = table
         prepared.upstream_tools, prepared.tool_choice = self._apply_choice(

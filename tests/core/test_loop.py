@@ -369,3 +369,45 @@ async def test_a_forced_tool_choice_is_relaxed_once_the_forced_call_ran() -> Non
     service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
     await service.create({**BODY, "tool_choice": "required"}, {})
     assert [r["tool_choice"] for r in upstream.requests] == ["required", "auto"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+async def test_annotators_add_citations_to_the_answer(stream: bool) -> None:
+    class CitingKit(FakeToolKit):
+        async def prepare(self, *args: Any) -> PreparedTools:
+            prepared = await super().prepare(*args)
+
+            def cite(text: str) -> list[JsonObject]:
+                at = text.find("example.com")
+                if at < 0:
+                    return []
+                end = at + len("example.com")
+                return [
+                    {
+                        "type": "url_citation",
+                        "start_index": at,
+                        "end_index": end,
+                        "url": "https://example.com",
+                        "title": "Example",
+                    }
+                ]
+
+            prepared.annotators.append(cite)
+            return prepared
+
+    upstream = ScriptedUpstream(
+        [[function_call("mcp__fake__add", '{"a":1,"b":1}')], [message("See example.com for 2.")]]
+    )
+    service = ResponsesService(upstream, MemoryResponseStore(), toolkit=CitingKit([add_tool()]))
+    if stream:
+        events = await run_stream(service, BODY)
+        final = assert_lifecycle(events)
+        added = [e for e in events if e["type"] == "response.output_text.annotation.added"]
+        assert len(added) == 1 and added[0]["annotation_index"] == 0
+        done = [e for e in events if e["type"] == "response.content_part.done"][-1]
+        assert done["part"]["annotations"][0]["url"] == "https://example.com"
+    else:
+        final = await service.create(BODY, {})
+    [annotation] = final["output"][-1]["content"][0]["annotations"]
+    assert annotation["start_index"] == 4 and annotation["end_index"] == 15
+    assert await service.get(final["id"]) == final
