@@ -33,6 +33,15 @@ class NameTable:
         self._taken: set[str] = set(reserved)
         self._by_key: dict[tuple[str, str, str], str] = {}
 
+    def claim(self, name: str) -> str:
+        """``name`` itself when free (a built-in tool's plain name such as ``file_search``),
+        else ``name`` with a numeric suffix; each call claims a new name."""
+        candidate, n = name, 2
+        while candidate in self._taken:
+            candidate, n = f"{name}_{n}", n + 1
+        self._taken.add(candidate)
+        return candidate
+
     def name(self, namespace: str, group: str, tool: str) -> str:
         """``{namespace}__{group}__{tool}`` made safe (``[A-Za-z0-9_-]``, at most 64 chars);
         a hash suffix keeps names apart when cleaning or truncating made two of them equal."""
