@@ -26,6 +26,8 @@ from app.store.sql import SqlResponseStore
 from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
 from app.tools.mcp_client import McpSessionPool
 from app.tools.registry import GatewayToolKit
+from app.tools.search_providers import SearchLimits, create_search_provider
+from app.tools.web_search import WebSearchToolProvider
 from app.upstream.responses import ResponsesUpstream
 
 logger = logging.getLogger(__name__)
@@ -64,8 +66,9 @@ async def build_store(settings: Settings) -> SqlResponseStore:
     return SqlResponseStore(create_engine_for(url))
 
 
-def build_toolkit(settings: Settings) -> tuple[GatewayToolKit, McpSessionPool]:
-    """The gateway's tool providers; the pool holds the configured MCP servers' sessions."""
+def build_toolkit(settings: Settings) -> tuple[GatewayToolKit, contextlib.AsyncExitStack]:
+    """The gateway's tool providers, and what closes their resources with the app (the
+    configured MCP servers' sessions, the web search provider's HTTP client)."""
     mcp = settings.mcp
     configured = {
         server.label: ConfiguredMcpServer(
@@ -89,7 +92,24 @@ def build_toolkit(settings: Settings) -> tuple[GatewayToolKit, McpSessionPool]:
         configured=configured,
         pool=pool,
     )
-    return GatewayToolKit([provider]), pool
+    resources = contextlib.AsyncExitStack()
+    resources.push_async_callback(pool.aclose)
+    search = None
+    if settings.web_search_provider is not None:
+        search = create_search_provider(
+            settings.web_search_provider,
+            base_url=settings.web_search_base_url,
+            api_key=settings.web_search_api_key,
+            limits=SearchLimits(
+                max_concurrency=settings.web_search_max_concurrency,
+                timeout=settings.web_search_timeout,
+                fetch_pages=settings.web_search_fetch_pages,
+            ),
+        )
+        resources.push_async_callback(search.aclose)
+    # Always there: without a provider, a request naming web_search gets a 400 that says so.
+    web_search = WebSearchToolProvider(search, max_results=settings.web_search_max_results)
+    return GatewayToolKit([provider, web_search]), resources
 
 
 def loop_limits(settings: Settings) -> LoopLimits:
@@ -119,8 +139,8 @@ def create_app(
             stack.push_async_callback(active.aclose)
             if settings.wait_for_upstream > 0:
                 await wait_for_upstream(active, settings.wait_for_upstream, settings.upstream_url)
-            toolkit, mcp_pool = build_toolkit(settings)
-            stack.push_async_callback(mcp_pool.aclose)
+            toolkit, tool_resources = build_toolkit(settings)
+            stack.push_async_callback(tool_resources.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,

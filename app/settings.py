@@ -162,6 +162,17 @@ class Settings(BaseSettings):
     # Fetch the top results' pages and give the model their text (0: snippets only).
     web_search_fetch_pages: int = Field(default=0, ge=0, le=10)
 
+    @model_validator(mode="after")
+    def _web_search_is_usable(self) -> Self:
+        provider = self.web_search_provider
+        if provider == "searxng" and not self.web_search_base_url:
+            raise ValueError(
+                "web_search_provider 'searxng' needs web_search_base_url (your instance's URL)"
+            )
+        if provider in ("tavily", "brave", "you") and not self.web_search_api_key:
+            raise ValueError(f"web_search_provider '{provider}' needs web_search_api_key")
+        return self
+
     @field_validator("upstream_url")
     @classmethod
     def _strip_url(cls, value: str) -> str:

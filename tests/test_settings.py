@@ -209,3 +209,17 @@ def test_mcp_server_config_defaults() -> None:
     assert server.require_approval == "never"
     assert (server.allowed_tools, server.description, server.transport) == (None, None, None)
     assert (server.env, server.headers, server.headers_from_env) == ({}, {}, {})
+
+
+def test_web_search_provider_needs_its_url_or_key() -> None:
+    import pydantic
+
+    from app.settings import Settings
+
+    with pytest.raises(pydantic.ValidationError, match="web_search_base_url"):
+        Settings(web_search_provider="searxng")
+    with pytest.raises(pydantic.ValidationError, match="web_search_api_key"):
+        Settings(web_search_provider="brave")
+    assert Settings(
+        web_search_provider="searxng", web_search_base_url="http://s"
+    ).web_search_provider

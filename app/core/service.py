@@ -37,6 +37,8 @@ JsonObject = dict[str, Any]
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
 _STATE_FIELDS = ("previous_response_id", "conversation")
+# ``include`` values about items the gateway produces.
+_GATEWAY_INCLUDES = ("web_search_call.", "file_search_call.", "mcp_")
 # Fields the tool loop answers itself instead of forwarding.
 _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
 
@@ -123,6 +125,15 @@ class ResponsesService:
             return None
         prepared = await toolkit.prepare(body, history.history_items, history.input_items)
         upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
+        include = body.get("include")
+        if isinstance(include, list):
+            # What the gateway's own items include (``web_search_call.action.sources`` …) is
+            # the gateway's business: an upstream would reject the values it does not know.
+            kept = [i for i in include if not str(i).startswith(_GATEWAY_INCLUDES)]
+            if kept:
+                upstream_body["include"] = kept
+            else:
+                upstream_body.pop("include", None)
         if prepared.upstream_tools:
             upstream_body["tools"] = prepared.upstream_tools
             if prepared.tool_choice is not None:

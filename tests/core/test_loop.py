@@ -411,3 +411,14 @@ async def test_annotators_add_citations_to_the_answer(stream: bool) -> None:
     [annotation] = final["output"][-1]["content"][0]["annotations"]
     assert annotation["start_index"] == 4 and annotation["end_index"] == 15
     assert await service.get(final["id"]) == final
+
+
+async def test_include_values_about_gateway_items_are_not_forwarded() -> None:
+    call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
+    service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
+    include = ["web_search_call.action.sources", "reasoning.encrypted_content"]
+    await service.create({**BODY, "include": include}, {})
+    assert [r["include"] for r in upstream.requests] == [["reasoning.encrypted_content"]] * 2
+    service, upstream, _ = make_service([[message("x")]], [add_tool()])
+    await service.create({**BODY, "include": ["file_search_call.results"]}, {})
+    assert "include" not in upstream.requests[0]
