@@ -1,0 +1,215 @@
+from __future__ import annotations
+
+import codecs
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from app.retrieval import extract
+from app.retrieval.extract import (
+    ExtractionError,
+    UnsupportedFileError,
+    decode_text,
+    extract_text,
+    file_kind,
+)
+from tests.retrieval.fixtures import make_fixtures
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def extract_fixture(name: str, content_type: str | None = None) -> str:
+    return extract_text((FIXTURES / name).read_bytes(), filename=name, content_type=content_type)
+
+
+def test_txt() -> None:
+    assert extract_fixture("sample.txt") == (
+        "The lighthouse keeper logs every passing ship.\n"
+        "Fog horns sound twice a minute when visibility drops below one mile.\n"
+    )
+
+
+def test_markdown_is_text() -> None:
+    text = extract_fixture("sample.md")
+    assert text.startswith("# Harbor handbook\n\n## Tides\n")
+    assert "**12 hours and 25 minutes**" in text
+    assert 'print("mind the gap")' in text
+
+
+def test_html_visible_text_with_block_breaks() -> None:
+    text = extract_fixture("sample.html")
+    assert text == (
+        "Harbor news & notices\n\n"
+        "The new pier opens on Monday.\n\n"
+        "Fishing permits\nare renewed in April.\n\n"
+        "Ferry schedule\nCrane repairs\n\n"
+        "Berth\tVessel\n3\tMarlin\n\n"
+        "  keep\n    indentation\n\n"
+        "Harbor map Café opens at 7."
+    )
+    for hidden in ("secret", "color", "JavaScript", "Organization"):
+        assert hidden not in text
+
+
+def test_html_title_kept_when_the_body_does_not_repeat_it() -> None:
+    html = b"<html><head><title>Tide  tables</title></head><body><p>Low at 6.</p></body></html>"
+    assert extract_text(html, filename="t.htm") == "Tide tables\n\nLow at 6."
+
+
+def test_html_without_closing_tags() -> None:
+    html = b"<p>one<p>two<li>three<br>four &lt;5&gt;"
+    assert extract_text(html, filename="x.html") == "one\n\ntwo\nthree\nfour <5>"
+
+
+def test_json_pretty_printed() -> None:
+    text = extract_fixture("sample.json")
+    assert json.loads(text)["cargo"] == {"kind": "timber", "tons": 42.5}
+    assert '  "vessel": "Marlin",\n' in text
+    assert '"note": "Überseehafen"' in text  # not \\u-escaped
+
+
+def test_invalid_json_is_an_extraction_error() -> None:
+    with pytest.raises(ExtractionError, match="not valid JSON"):
+        extract_text(b'{"a": ', filename="broken.json")
+
+
+def test_pdf_pages_joined_by_blank_lines() -> None:
+    assert extract_fixture("sample.pdf") == (
+        "Quarterly report for the lighthouse project.\n"
+        "Revenue grew 12 percent in spring.\n\n"
+        "Second page: the harbor crane was repaired.\n"
+        "Contact: ops@example.com"
+    )
+
+
+def test_docx_paragraphs_and_table_cells_in_order() -> None:
+    assert extract_fixture("sample.docx") == (
+        "Harbor maintenance plan\n\n"
+        "The crane inspection happens every March.\n\n"
+        "Asset | Owner\nCrane | Dock team\nBudget approved\n\n"
+        "Questions go to the harbor master."
+    )
+
+
+def test_pptx_slides_in_numeric_order() -> None:
+    assert extract_fixture("sample.pptx") == (
+        "Lighthouse roadmap\nPhase one: new lamps\n\nPhase two: solar panels"
+    )
+
+
+def test_fixture_script_writes_what_is_committed(tmp_path: Path) -> None:
+    make_fixtures.main(tmp_path)
+    for name in ("sample.pdf", "sample.docx", "sample.pptx"):
+        fresh = extract_text((tmp_path / name).read_bytes(), filename=name)
+        assert fresh == extract_fixture(name)
+    # The PDF is written byte for byte the same every time.
+    assert (tmp_path / "sample.pdf").read_bytes() == (FIXTURES / "sample.pdf").read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("name", "data"),
+    [
+        ("broken.pdf", b"%PDF-1.4\nthis is not a pdf at all"),
+        ("truncated.pdf", make_fixtures.pdf_bytes()[:200]),
+        ("broken.docx", b"PK\x03\x04 not a zip"),
+        ("plain.docx", b"just text"),
+        ("empty.docx", b""),
+        ("broken.pptx", b"PK\x03\x04 not a zip"),
+    ],
+)
+def test_corrupt_files_are_extraction_errors(name: str, data: bytes) -> None:
+    with pytest.raises(ExtractionError):
+        extract_text(data, filename=name)
+
+
+def test_zip_that_is_not_a_docx() -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("hello.txt", "hi")
+    with pytest.raises(ExtractionError, match="DOCX"):
+        extract_text(buffer.getvalue(), filename="x.docx")
+    with pytest.raises(ExtractionError, match="no slides"):
+        extract_text(buffer.getvalue(), filename="x.pptx")
+
+
+@pytest.mark.parametrize("name", ["bomb.docx", "bomb.pptx"])
+def test_zip_bombs_are_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(extract, "MAX_UNZIPPED_BYTES", 10_000)
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("ppt/slides/slide1.xml", b" " * 20_000)
+    assert len(buffer.getvalue()) < 1_000
+    with pytest.raises(ExtractionError, match="expands to 20000 bytes"):
+        extract_text(buffer.getvalue(), filename=name)
+
+
+@pytest.mark.parametrize(
+    "name", ["photo.png", "archive.zip", "legacy.doc", "movie.mp4", "app.exe", "sheet.xlsx"]
+)
+def test_unsupported_types(name: str) -> None:
+    with pytest.raises(UnsupportedFileError, match="File type not supported") as info:
+        extract_text(b"\x89PNG\r\n\x1a\n\x00\x00", filename=name)
+    assert info.value.code == "unsupported_file"
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("name", "content_type", "kind"),
+    [
+        ("notes.TXT", None, "text"),
+        ("main.py", None, "text"),
+        ("app.ts", None, "text"),
+        ("data.csv", "application/octet-stream", "text"),
+        ("config.yaml", None, "text"),
+        ("dir/Page.HTM", None, "html"),
+        ("C:\\docs\\report.pdf", None, "pdf"),
+        ("upload.bin", "application/pdf", "pdf"),
+        ("upload", "text/html; charset=utf-8", "html"),
+        ("upload.weird", "text/x-rst", "text"),
+        ("upload", "application/json", "json"),
+        ("Makefile", None, "text"),
+        (".bashrc", None, "text"),
+    ],
+)
+def test_file_kind(name: str, content_type: str | None, kind: str) -> None:
+    assert file_kind(name, content_type, b"some text") == kind
+
+
+def test_sniffing_a_name_without_extension() -> None:
+    assert file_kind("upload", None, make_fixtures.pdf_bytes()) == "pdf"
+    assert file_kind("upload", None, "héllo wörld".encode()) == "text"
+    assert file_kind("upload", None, codecs.BOM_UTF16_LE + "hi".encode("utf-16-le")) == "text"
+    assert file_kind("upload", None, ("a" + "é" * 1000).encode()) == "text"  # cut at 1 KiB
+    with pytest.raises(UnsupportedFileError):
+        file_kind("upload", None, b"\x00\x01\x02binary")
+    with pytest.raises(UnsupportedFileError):
+        file_kind("upload.xyz", None, b"text")
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (codecs.BOM_UTF8 + "é ok".encode(), "é ok"),
+        (codecs.BOM_UTF16_LE + "é ok".encode("utf-16-le"), "é ok"),
+        (codecs.BOM_UTF16_BE + "é ok".encode("utf-16-be"), "é ok"),
+        (codecs.BOM_UTF32_LE + "é ok".encode("utf-32-le"), "é ok"),
+        ("plain é".encode(), "plain é"),
+        (b"bad \xff byte", "bad \ufffd byte"),
+    ],
+)
+def test_decode_text(data: bytes, text: str) -> None:
+    assert decode_text(data) == text
+
+
+def test_utf16_file_and_nul_characters_dropped() -> None:
+    data = codecs.BOM_UTF16_LE + "col1,col2\n1,2\n".encode("utf-16-le")
+    assert extract_text(data, filename="table.csv") == "col1,col2\n1,2\n"
+    assert extract_text(b"a\x00b", filename="x.txt") == "ab"
+
+
+def test_large_text_file() -> None:
+    data = ("line of text\n" * 200_000).encode()
+    assert len(extract_text(data, filename="big.log")) == len(data)
