@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from app.settings import load_settings
 from app.store.migrate import create_migration_engine, ensure_sqlite_directory
-from app.store.tables import metadata
+from app.store.tables import include_name, metadata
 
 config = context.config
 target_metadata = metadata
@@ -47,7 +47,9 @@ def database_url() -> str:
 
 
 def configure(**options: Any) -> None:
-    context.configure(target_metadata=target_metadata, compare_type=True, **options)
+    context.configure(
+        target_metadata=target_metadata, compare_type=True, include_name=include_name, **options
+    )
 
 
 def run_migrations_offline() -> None:

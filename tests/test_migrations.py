@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
@@ -30,8 +31,11 @@ from app.store.migrate import (
     DatabaseError,
     DatabaseUnavailableError,
     SchemaOutOfDateError,
+    alembic_config,
+    create_migration_engine,
     current_revisions,
     downgrade_to,
+    ensure_sqlite_directory,
     head_revisions,
     prepare_database,
     schema_is_current,
@@ -44,6 +48,7 @@ POSTGRES_URL = os.environ.get(
     "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
 )
 TABLES = set(tables.metadata.tables)
+HEAD = "0002"
 SUBPROCESS_TIMEOUT = 60
 
 
@@ -98,11 +103,15 @@ async def _inspect(url: str, function: Any) -> Any:
 
 
 def _table_names(connection: Connection) -> set[str]:
-    return set(inspect(connection).get_table_names())
+    """The tables, less those the metadata does not describe (SQLite's FTS5 index)."""
+    names = inspect(connection).get_table_names()
+    return {name for name in names if tables.include_name(name, "table", {})}
 
 
 def _schema_diff(connection: Connection) -> list[Any]:
-    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    context = MigrationContext.configure(
+        connection, opts={"compare_type": True, "include_name": tables.include_name}
+    )
     return list(compare_metadata(context, tables.metadata))
 
 
@@ -125,20 +134,20 @@ def _run_cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_upgrade_builds_exactly_the_schema_of_tables(database_url: str) -> None:
-    assert head_revisions() == ("0001",)
+    assert head_revisions() == (HEAD,)
     assert not await schema_is_current(database_url)
 
-    assert await upgrade_to_head(database_url) == "0001"
+    assert await upgrade_to_head(database_url) == HEAD
 
     assert await schema_is_current(database_url)
-    assert await current_revisions(database_url) == ("0001",)
+    assert await current_revisions(database_url) == (HEAD,)
     assert await _inspect(database_url, _table_names) == TABLES | {"alembic_version"}
     assert await _inspect(database_url, _schema_diff) == []
     [foreign_key] = await _inspect(database_url, _foreign_keys)
     assert foreign_key["referred_table"] == "conversations"
     assert foreign_key["options"].get("ondelete") == "CASCADE"
     # a second upgrade is a no-op
-    assert await upgrade_to_head(database_url) == "0001"
+    assert await upgrade_to_head(database_url) == HEAD
     assert await _inspect(database_url, _schema_diff) == []
 
 
@@ -150,7 +159,7 @@ async def test_downgrade_to_base_and_upgrade_again(database_url: str) -> None:
     assert await _inspect(database_url, _table_names) == {"alembic_version"}
     assert await current_revisions(database_url) == ()
     assert not await schema_is_current(database_url)
-    assert await upgrade_to_head(database_url) == "0001"
+    assert await upgrade_to_head(database_url) == HEAD
     assert await _inspect(database_url, _schema_diff) == []
 
 
@@ -158,7 +167,7 @@ async def test_concurrent_upgrades_are_serialized(database_url: str) -> None:
     # e.g. several replicas running `respgate migrate` at once
     results = await asyncio.gather(*(upgrade_to_head(database_url) for _ in range(3)))
 
-    assert results == ["0001"] * 3
+    assert results == [HEAD] * 3
     assert await _inspect(database_url, _schema_diff) == []
 
 
@@ -196,6 +205,65 @@ async def test_an_unknown_revision_is_reported(database_url: str) -> None:
         await upgrade_to_head(database_url)
 
 
+async def test_0002_upgrades_a_0001_database_and_downgrades_to_it(database_url: str) -> None:
+    # a database of the previous release, with a conversation in it
+    await _upgrade_to(database_url, "0001")
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO conversations (id, created_at, metadata, next_position) "
+                    "VALUES ('conv_1', 1, '{}', 0)"
+                )
+            )
+    finally:
+        await engine.dispose()
+    assert await current_revisions(database_url) == ("0001",)
+
+    assert await upgrade_to_head(database_url) == HEAD
+
+    assert await _inspect(database_url, _schema_diff) == []
+    assert await _count(database_url, "conversations") == 1
+    assert await _count(database_url, "chunks") == 0
+    assert await downgrade_to(database_url, "0001") == "0001"
+    assert await _inspect(database_url, lambda c: set(inspect(c).get_table_names())) == {
+        "alembic_version",
+        "items",
+        "responses",
+        "conversations",
+        "conversation_items",
+    }  # the FTS5 table (SQLite) went with chunks
+    assert await _count(database_url, "conversations") == 1
+
+
+async def _upgrade_to(url: str, revision: str) -> None:
+    ensure_sqlite_directory(url)
+
+    def run(connection: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+
+    engine = create_migration_engine(url)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(run)
+    finally:
+        await engine.dispose()
+
+
+async def _count(url: str, table: str) -> int:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            return int(
+                (await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+            )
+    finally:
+        await engine.dispose()
+
+
 # --- prepare_database: what `respgate serve` does ---------------------------------------------
 
 
@@ -203,11 +271,11 @@ async def test_prepare_database_creates_and_migrates_embedded_sqlite(tmp_path: P
     data_dir = tmp_path / "not" / "yet"
     url = load_settings(data_dir=data_dir).resolved_database_url()
 
-    assert await prepare_database(url, auto_migrate=True) == "0001"
+    assert await prepare_database(url, auto_migrate=True) == HEAD
 
     assert (data_dir / "respgate.db").is_file()
     assert await schema_is_current(url)
-    assert await prepare_database(url, auto_migrate=True) == "0001"
+    assert await prepare_database(url, auto_migrate=True) == HEAD
 
 
 async def test_prepare_database_without_auto_migrate_checks_sqlite_too(tmp_path: Path) -> None:
@@ -224,10 +292,10 @@ async def test_prepare_database_never_migrates_postgres(postgres_url: str) -> No
 
     message = str(raised.value)
     assert "respgate migrate" in message
-    assert "database revision: none, required: 0001" in message
+    assert f"database revision: none, required: {HEAD}" in message
     assert await _inspect(postgres_url, _table_names) == set()
     await upgrade_to_head(postgres_url)
-    assert await prepare_database(postgres_url, auto_migrate=True) == "0001"
+    assert await prepare_database(postgres_url, auto_migrate=True) == HEAD
 
 
 async def test_an_unreachable_database_is_a_clear_error() -> None:
@@ -281,11 +349,12 @@ def test_cli_migrate_upgrades_to_head(database_url: str) -> None:
     result = _run_cli("migrate", "--database-url", database_url)
 
     assert result.returncode == 0, result.stderr
-    assert "revision 0001 (head)" in result.stdout
+    assert f"revision {HEAD} (head)" in result.stdout
     assert "Running upgrade  -> 0001" in result.stderr
+    assert "Running upgrade 0001 -> 0002" in result.stderr
     again = _run_cli("migrate", "--database-url", database_url)
     assert again.returncode == 0, again.stderr
-    assert "revision 0001 (head)" in again.stdout
+    assert f"revision {HEAD} (head)" in again.stdout
 
 
 def test_cli_migrate_uses_the_configured_data_dir(
@@ -375,3 +444,4 @@ def test_alembic_command_line_for_developers(tmp_path: Path) -> None:
     offline = alembic("upgrade", "head", "--sql")
     assert offline.returncode == 0, offline.stderr
     assert "CREATE TABLE conversation_items" in offline.stdout
+    assert "CREATE VIRTUAL TABLE chunks_fts USING fts5" in offline.stdout

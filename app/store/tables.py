@@ -1,4 +1,6 @@
-"""The schema. Alembic migrations in migrations/ build exactly this (``target_metadata``).
+"""The schema. Alembic migrations in migrations/ build exactly this (``target_metadata``), plus
+the chunk index's full-text objects that the metadata cannot describe (created by DDL events
+here too; ``include_name`` keeps them out of alembic's comparisons).
 
 Items are stored once, keyed by their public id. A response keeps its continuation checkpoint
 as an ordered JSON list of item ids, and a conversation its items as ordered rows, so that
@@ -9,17 +11,27 @@ in the order they were written: ``GET /v1/responses/{id}`` returns what the stre
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from sqlalchemy import (
+    DDL,
     JSON,
     BigInteger,
     Column,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Table,
+    Text,
+    event,
 )
+from sqlalchemy.dialects.postgresql import base as postgresql_base
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 
 # Version of the item payload layout; bump it with a migration that rewrites old payloads.
 ITEM_SCHEMA_VERSION = 1
@@ -85,3 +97,196 @@ conversation_items = Table(
 
 Index(None, conversation_items.c.conversation_id, conversation_items.c.item_id)
 Index(None, responses.c.conversation_id)
+
+
+# ------------------------------------------------------------------ files and vector stores
+#
+# No foreign keys: ``SqlFileStore`` deletes a file's or a vector store's rows itself, and the
+# chunks belong to the vector index (``app.retrieval``), which deletes them on its own.
+
+files = Table(
+    "files",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("filename", String(1024), nullable=False),
+    Column("purpose", String(64), nullable=False),
+    Column("bytes", BigInteger, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=True),
+    Column("status", String(32), nullable=False),
+)
+
+vector_stores = Table(
+    "vector_stores",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(1024), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("metadata", JSON, nullable=False),
+    Column("expires_after", JSON, nullable=True),
+    Column("expires_at", BigInteger, nullable=True),
+    Column("last_active_at", BigInteger, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("usage_bytes", BigInteger, nullable=False),
+)
+
+vector_store_files = Table(
+    "vector_store_files",
+    metadata,
+    Column("vector_store_id", ID, primary_key=True),
+    Column("file_id", ID, primary_key=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("last_error", JSON, nullable=True),
+    Column("attributes", JSON, nullable=False),
+    Column("chunking_strategy", JSON, nullable=False),
+    Column("usage_bytes", BigInteger, nullable=False),
+)
+
+vector_store_file_batches = Table(
+    "vector_store_file_batches",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("vector_store_id", ID, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("file_ids", JSON, nullable=False),
+)
+
+
+class PgVector(UserDefinedType[Any]):
+    """pgvector's ``vector`` without a fixed dimension (an HNSW or IVFFlat index would need
+    one: ``vector(384)``); the index binds and reads it as text (``[0.1,0.2,...]``)."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return "vector"
+
+
+# Reflection (alembic's comparisons) knows the type then; pgvector's own package, when
+# installed, registers its type under the same name first.
+postgresql_base.ischema_names.setdefault("vector", PgVector)
+
+
+class Embedding(TypeDecorator[Any]):
+    """A chunk's embedding: pgvector ``vector`` on PostgreSQL; on SQLite a BLOB of float32
+    little-endian values (already L2-normalized). The vector index writes and reads the
+    column itself, in its backend's format."""
+
+    impl = LargeBinary
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(PgVector())
+        return dialect.type_descriptor(LargeBinary())
+
+
+chunks = Table(
+    "chunks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("vector_store_id", ID, nullable=False),
+    Column("file_id", ID, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("text", Text, nullable=False),
+    Column("tokens", Integer, nullable=False),
+    Column("embedding", Embedding, nullable=False),
+    # SQLite: ids are never reused (AUTOINCREMENT), so that a cached id never names another
+    # chunk later.
+    sqlite_autoincrement=True,
+)
+
+# The embedded index (``app.retrieval.sqlite_index``) caches each vector store's embedding
+# matrix in memory; every write to a store's chunks sets a new random ``version`` for it in
+# the same transaction, so a process sees with one primary-key read whether its copy is
+# current, whoever wrote (several processes may share one SQLite file).
+chunk_versions = Table(
+    "chunk_versions",
+    metadata,
+    Column("vector_store_id", ID, primary_key=True),
+    Column("version", BigInteger, nullable=False),
+)
+
+Index(None, files.c.created_at, files.c.id)
+Index(None, vector_stores.c.created_at, vector_stores.c.id)
+Index(None, vector_store_files.c.vector_store_id, vector_store_files.c.status)
+Index(None, vector_store_files.c.file_id)
+Index(None, vector_store_file_batches.c.vector_store_id)
+Index(None, chunks.c.vector_store_id, chunks.c.file_id)
+
+# What the metadata cannot describe, created by migration 0002 (and by ``create_all`` through
+# the DDL events below, for tests and benchmarks), the same statements in both places:
+#
+# - SQLite: the FTS5 index of the chunks' text, an external-content table kept in sync with
+#   ``chunks`` by triggers;
+# - PostgreSQL: the pgvector extension, and a generated ``tsvector`` column with a GIN index.
+CHUNKS_FTS = "chunks_fts"
+SQLITE_CHUNKS_FTS_DDL = (
+    f"CREATE VIRTUAL TABLE {CHUNKS_FTS} USING fts5(text, content='chunks', content_rowid='id')",
+    f"""CREATE TRIGGER chunks_fts_insert AFTER INSERT ON chunks BEGIN
+  INSERT INTO {CHUNKS_FTS}(rowid, text) VALUES (new.id, new.text);
+END""",
+    f"""CREATE TRIGGER chunks_fts_delete AFTER DELETE ON chunks BEGIN
+  INSERT INTO {CHUNKS_FTS}({CHUNKS_FTS}, rowid, text) VALUES ('delete', old.id, old.text);
+END""",
+    f"""CREATE TRIGGER chunks_fts_update AFTER UPDATE ON chunks BEGIN
+  INSERT INTO {CHUNKS_FTS}({CHUNKS_FTS}, rowid, text) VALUES ('delete', old.id, old.text);
+  INSERT INTO {CHUNKS_FTS}(rowid, text) VALUES (new.id, new.text);
+END""",
+)
+SQLITE_CHUNKS_FTS_DROP = f"DROP TABLE IF EXISTS {CHUNKS_FTS}"
+# FTS5's shadow tables of chunks_fts (SQLite creates and drops them with it).
+SQLITE_FTS_TABLES = frozenset(
+    {CHUNKS_FTS, *(f"{CHUNKS_FTS}_{part}" for part in ("data", "idx", "docsize", "config"))}
+)
+
+PG_CREATE_VECTOR_EXTENSION = "CREATE EXTENSION IF NOT EXISTS vector"
+# For the rest of the transaction, also look up names in the schema pgvector lives in, which
+# may not be on the search_path (a test schema, a dedicated ``extensions`` schema): the
+# ``vector`` type of ``chunks.embedding`` must resolve.
+PG_VECTOR_ON_SEARCH_PATH = (
+    "SELECT set_config('search_path', "
+    "current_setting('search_path') || ', ' || quote_ident(n.nspname), true) "
+    "FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace "
+    "WHERE e.extname = 'vector'"
+)
+PG_TSV_COLUMN = "tsv"
+PG_TSV_INDEX = "ix_chunks_tsv"
+PG_CHUNKS_DDL = (
+    f"ALTER TABLE chunks ADD COLUMN {PG_TSV_COLUMN} tsvector "
+    "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED",
+    f"CREATE INDEX {PG_TSV_INDEX} ON chunks USING gin ({PG_TSV_COLUMN})",
+    # pgvector's type is stored out of line (TOAST) as soon as a row passes ~2 KB, which a
+    # 384-dimension chunk with its text does: every distance then costs a TOAST fetch. MAIN
+    # keeps vectors in the row (the text and tsvector move out first): the exact scan of
+    # 100k chunks went from ~550 to ~80 ms (bench/README.md, "File search index").
+    "ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE MAIN",
+)
+
+
+def _ddl(statement: str, dialect: str) -> DDL:
+    return DDL(statement).execute_if(dialect=dialect)  # type: ignore[no-untyped-call]
+
+
+for _statement in (PG_CREATE_VECTOR_EXTENSION, PG_VECTOR_ON_SEARCH_PATH):
+    event.listen(chunks, "before_create", _ddl(_statement, "postgresql"))
+for _statement in PG_CHUNKS_DDL:
+    event.listen(chunks, "after_create", _ddl(_statement, "postgresql"))
+for _statement in SQLITE_CHUNKS_FTS_DDL:
+    event.listen(chunks, "after_create", _ddl(_statement, "sqlite"))
+event.listen(chunks, "before_drop", _ddl(SQLITE_CHUNKS_FTS_DROP, "sqlite"))
+
+
+def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | None]) -> bool:
+    """Alembic's ``include_name`` hook (autogenerate, ``alembic check``, the migration tests):
+    leaves out the objects above that the metadata does not describe, so that comparing a
+    migrated database with the metadata finds nothing on either dialect."""
+    if type_ == "table":
+        return name not in SQLITE_FTS_TABLES
+    if type_ == "column":
+        return not (parent_names.get("table_name") == chunks.name and name == PG_TSV_COLUMN)
+    if type_ == "index":
+        return name != PG_TSV_INDEX
+    return True

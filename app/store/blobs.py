@@ -1,0 +1,70 @@
+"""``DiskBlobStore``: the ``BlobStore`` port on a directory (``<data_dir>/files`` by default).
+
+One file per blob, named by its id. A write goes to a temporary file in the same directory,
+is flushed to disk, then renamed over the final name (``os.replace``, atomic on POSIX): a
+reader sees the old bytes or the new ones, never a part, and a crash leaves at most a stray
+``.tmp-*`` file, never a truncated blob. File I/O runs in a worker thread
+(``asyncio.to_thread``), not in the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+# Ids are the gateway's own (``file-…``); anything that could leave the directory is refused.
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
+_TEMP_PREFIX = ".tmp-"
+
+
+class DiskBlobStore:
+    """File bytes under ``root`` (created on the first write), one file per id."""
+
+    def __init__(self, root: Path) -> None:
+        self._root = Path(root)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def _path(self, file_id: str) -> Path:
+        if not _SAFE_ID.fullmatch(file_id) or file_id.startswith(_TEMP_PREFIX):
+            raise ValueError(f"invalid file id {file_id!r}")
+        return self._root / file_id
+
+    async def put(self, file_id: str, data: bytes) -> None:
+        path = self._path(file_id)
+        await asyncio.to_thread(self._write, path, data)
+
+    async def get(self, file_id: str) -> bytes | None:
+        path = self._path(file_id)
+        return await asyncio.to_thread(_read, path)
+
+    async def delete(self, file_id: str) -> None:
+        path = self._path(file_id)
+        await asyncio.to_thread(path.unlink, missing_ok=True)
+
+    def _write(self, path: Path, data: bytes) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=self._root, prefix=_TEMP_PREFIX)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
