@@ -10,19 +10,26 @@ import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import __version__
 from app.api.errors import install_error_handlers
-from app.api.routes import conversations, health, models, responses
+from app.api.routes import conversations, files, health, models, responses, vector_stores
 from app.api.state import GatewayState
+from app.core.files import FilesService
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
-from app.core.ports import ResponseStore, Upstream
+from app.core.ports import Embedder, ResponseStore, Upstream, VectorIndex
 from app.core.service import ResponsesService
+from app.core.vector_stores import VectorStoresService
+from app.retrieval.embeddings import build_embedder
 from app.settings import Settings
+from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
+from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
+from app.tools.file_search import FileSearchToolProvider, VectorStoreSearch
 from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
 from app.tools.mcp_client import McpSessionPool
 from app.tools.registry import GatewayToolKit
@@ -66,7 +73,9 @@ async def build_store(settings: Settings) -> SqlResponseStore:
     return SqlResponseStore(create_engine_for(url))
 
 
-def build_toolkit(settings: Settings) -> tuple[GatewayToolKit, contextlib.AsyncExitStack]:
+def build_toolkit(
+    settings: Settings, vector_stores: VectorStoreSearch | None = None
+) -> tuple[GatewayToolKit, contextlib.AsyncExitStack]:
     """The gateway's tool providers, and what closes their resources with the app (the
     configured MCP servers' sessions, the web search provider's HTTP client)."""
     mcp = settings.mcp
@@ -109,7 +118,53 @@ def build_toolkit(settings: Settings) -> tuple[GatewayToolKit, contextlib.AsyncE
         resources.push_async_callback(search.aclose)
     # Always there: without a provider, a request naming web_search gets a 400 that says so.
     web_search = WebSearchToolProvider(search, max_results=settings.web_search_max_results)
-    return GatewayToolKit([provider, web_search]), resources
+    file_search = FileSearchToolProvider(vector_stores)
+    return GatewayToolKit([provider, web_search, file_search]), resources
+
+
+def build_vector_index(engine: AsyncEngine) -> VectorIndex:
+    """The chunk index in the store's database: pgvector on PostgreSQL, else SQLite's."""
+    if engine.dialect.name == "postgresql":
+        from app.retrieval.pg_index import PgVectorIndex
+
+        return PgVectorIndex(engine)
+    from app.retrieval.sqlite_index import SqliteVectorIndex
+
+    return SqliteVectorIndex(engine)
+
+
+async def build_file_search(
+    settings: Settings, stack: contextlib.AsyncExitStack, embedder: Embedder | None = None
+) -> tuple[FilesService, VectorStoresService]:
+    """Files and vector stores: metadata and chunks in the store's database, bytes under
+    ``data_dir/files``. Closed in reverse: ingestion is cancelled before the engine goes."""
+    url = settings.resolved_database_url()
+    await prepare_database(url, auto_migrate=True)
+    engine = create_engine_for(url)
+    stack.push_async_callback(engine.dispose)
+    if embedder is None:
+        embedder = build_embedder(settings, settings.upstream_url, settings.upstream_api_key)
+        closer = getattr(embedder, "aclose", None)
+        if closer is not None:
+            stack.push_async_callback(closer)
+    file_store = SqlFileStore(engine)
+    blobs = DiskBlobStore(settings.data_dir / "files")
+    index = build_vector_index(engine)
+    index_closer = getattr(index, "aclose", None)  # the SQLite index's read connections
+    if index_closer is not None:
+        stack.push_async_callback(index_closer)
+    vector_stores = VectorStoresService(
+        file_store,
+        blobs,
+        index,
+        embedder,
+        time.time,
+        embed_batch_size=settings.embeddings_batch_size,
+    )
+    stack.push_async_callback(vector_stores.aclose)
+    files = FilesService(file_store, blobs, time.time, detacher=vector_stores)
+    await vector_stores.resume_pending()
+    return files, vector_stores
 
 
 def loop_limits(settings: Settings) -> LoopLimits:
@@ -126,9 +181,11 @@ def create_app(
     upstream: Upstream | None = None,
     store: ResponseStore | None = None,
     tool_events: ToolEvents | None = None,
+    embedder: Embedder | None = None,
 ) -> FastAPI:
     """The gateway application. ``upstream`` and ``store`` replace the real adapters in tests;
-    ``tool_events`` is the hook gateway tool calls are reported to."""
+    ``tool_events`` is the hook gateway tool calls are reported to; ``embedder`` replaces the
+    configured embeddings provider (tests)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -139,7 +196,10 @@ def create_app(
             stack.push_async_callback(active.aclose)
             if settings.wait_for_upstream > 0:
                 await wait_for_upstream(active, settings.wait_for_upstream, settings.upstream_url)
-            toolkit, tool_resources = build_toolkit(settings)
+            files_service, vector_stores_service = await build_file_search(
+                settings, stack, embedder
+            )
+            toolkit, tool_resources = build_toolkit(settings, vector_stores_service)
             stack.push_async_callback(tool_resources.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
@@ -152,6 +212,8 @@ def create_app(
                     limits=loop_limits(settings),
                     tool_events=tool_events,
                 ),
+                files=files_service,
+                vector_stores=vector_stores_service,
             )
             yield
 
@@ -166,6 +228,8 @@ def create_app(
     app.router.routes.extend(responses.HOT_ROUTES)
     app.include_router(responses.router)
     app.include_router(conversations.router)
+    app.include_router(files.router)
+    app.include_router(vector_stores.router)
     app.include_router(models.router)
     app.include_router(health.router)
     return app

@@ -327,3 +327,287 @@ class ScriptedUpstream(FakeUpstream):
         stream = ListEventStream(round_events(self._next()))
         self.streams.append(stream)
         return stream
+
+
+# ---------------------------------------------------------------- files and vector stores
+# Imported here so that this appended section stands alone.
+
+import dataclasses  # noqa: E402
+import hashlib  # noqa: E402
+import math  # noqa: E402
+import re  # noqa: E402
+
+from app.core.ports import (  # noqa: E402
+    IndexedChunk,
+    SearchHit,
+    StoredFile,
+    StoredFileBatch,
+    StoredVectorStore,
+    StoredVectorStoreFile,
+)
+
+
+def _after(rows: list[Any], key: Any, after: str | None) -> list[Any]:
+    if after is None:
+        return rows
+    ids = [key(row) for row in rows]
+    if after not in ids:
+        raise KeyError(after)
+    return rows[ids.index(after) + 1 :]
+
+
+class MemoryFileStore:
+    """An in-memory FileStore with ``store.files_sql``'s semantics: lists ordered by
+    ``created_at`` then id, ``KeyError`` for an unknown ``after``, ``limit + 1`` rows."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, StoredFile] = {}
+        self.stores: dict[str, StoredVectorStore] = {}
+        self.store_files: dict[tuple[str, str], StoredVectorStoreFile] = {}
+        self.batches: dict[tuple[str, str], StoredFileBatch] = {}
+
+    async def add_file(self, file: StoredFile) -> None:
+        self.files[file.id] = file
+
+    async def get_file(self, file_id: str) -> StoredFile | None:
+        return self.files.get(file_id)
+
+    async def list_files(
+        self, *, purpose: str | None, after: str | None, limit: int, order: str
+    ) -> list[StoredFile]:
+        rows = sorted(self.files.values(), key=lambda f: (f.created_at, f.id))
+        if order == "desc":
+            rows.reverse()
+        rows = _after(rows, lambda f: f.id, after)
+        return [f for f in rows if purpose is None or f.purpose == purpose][: limit + 1]
+
+    async def delete_file(self, file_id: str) -> bool:
+        for key in [k for k in self.store_files if k[1] == file_id]:
+            del self.store_files[key]
+        return self.files.pop(file_id, None) is not None
+
+    async def create_vector_store(self, store: StoredVectorStore) -> None:
+        self.stores[store.id] = store
+
+    async def get_vector_store(self, vector_store_id: str) -> StoredVectorStore | None:
+        return self.stores.get(vector_store_id)
+
+    async def update_vector_store(self, store: StoredVectorStore) -> None:
+        if store.id in self.stores:
+            self.stores[store.id] = store
+
+    async def list_vector_stores(
+        self, *, after: str | None, limit: int, order: str
+    ) -> list[StoredVectorStore]:
+        rows = sorted(self.stores.values(), key=lambda s: (s.created_at, s.id))
+        if order == "desc":
+            rows.reverse()
+        return _after(rows, lambda s: s.id, after)[: limit + 1]
+
+    async def delete_vector_store(self, vector_store_id: str) -> bool:
+        for key in [k for k in self.store_files if k[0] == vector_store_id]:
+            del self.store_files[key]
+        for key in [k for k in self.batches if k[0] == vector_store_id]:
+            del self.batches[key]
+        return self.stores.pop(vector_store_id, None) is not None
+
+    async def put_vector_store_file(self, record: StoredVectorStoreFile) -> None:
+        self.store_files[(record.vector_store_id, record.file_id)] = record
+
+    async def get_vector_store_file(
+        self, vector_store_id: str, file_id: str
+    ) -> StoredVectorStoreFile | None:
+        return self.store_files.get((vector_store_id, file_id))
+
+    async def list_vector_store_files(
+        self,
+        vector_store_id: str,
+        *,
+        status: str | None,
+        after: str | None,
+        limit: int,
+        order: str,
+        file_ids: list[str] | None = None,
+    ) -> list[StoredVectorStoreFile]:
+        rows = sorted(
+            (r for k, r in self.store_files.items() if k[0] == vector_store_id),
+            key=lambda r: (r.created_at, r.file_id),
+        )
+        if order == "desc":
+            rows.reverse()
+        rows = _after(rows, lambda r: r.file_id, after)
+        return [
+            r
+            for r in rows
+            if (status is None or r.status == status)
+            and (file_ids is None or r.file_id in file_ids)
+        ][: limit + 1]
+
+    async def delete_vector_store_file(self, vector_store_id: str, file_id: str) -> bool:
+        return self.store_files.pop((vector_store_id, file_id), None) is not None
+
+    async def file_counts(self, vector_store_id: str) -> dict[str, int]:
+        counts = dict.fromkeys(("in_progress", "completed", "failed", "cancelled"), 0)
+        for (store_id, _), record in self.store_files.items():
+            if store_id == vector_store_id:
+                counts[record.status] += 1
+        return {**counts, "total": sum(counts.values())}
+
+    async def put_file_batch(self, batch: StoredFileBatch) -> None:
+        self.batches[(batch.vector_store_id, batch.id)] = dataclasses.replace(
+            batch, file_ids=list(batch.file_ids)
+        )
+
+    async def get_file_batch(self, vector_store_id: str, batch_id: str) -> StoredFileBatch | None:
+        return self.batches.get((vector_store_id, batch_id))
+
+
+class MemoryBlobStore:
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    async def put(self, file_id: str, data: bytes) -> None:
+        self.blobs[file_id] = bytes(data)
+
+    async def get(self, file_id: str) -> bytes | None:
+        return self.blobs.get(file_id)
+
+    async def delete(self, file_id: str) -> None:
+        self.blobs.pop(file_id, None)
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+class MemoryVectorIndex:
+    """A VectorIndex in a dict: exact cosine (mapped to [0, 1]), word-overlap keyword scores,
+    and reciprocal-rank fusion for ``hybrid``. Records every search it is asked."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[tuple[str, str], list[IndexedChunk]] = {}
+        self.searches: list[JsonObject] = []
+
+    async def replace_file_chunks(
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+    ) -> None:
+        self.chunks[(vector_store_id, file_id)] = list(chunks)
+
+    async def delete_file(self, vector_store_id: str, file_id: str) -> None:
+        self.chunks.pop((vector_store_id, file_id), None)
+
+    async def delete_store(self, vector_store_id: str) -> None:
+        for key in [k for k in self.chunks if k[0] == vector_store_id]:
+            del self.chunks[key]
+
+    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
+        chunks = self.chunks.get((vector_store_id, file_id), [])
+        return [c.text for c in sorted(chunks, key=lambda c: c.position)]
+
+    async def search(
+        self,
+        vector_store_id: str,
+        *,
+        embedding: list[float] | None,
+        query: str,
+        limit: int,
+        ranker: str,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        self.searches.append(
+            {
+                "vector_store_id": vector_store_id,
+                "query": query,
+                "limit": limit,
+                "ranker": ranker,
+                "file_ids": file_ids,
+                "embedded": embedding is not None,
+            }
+        )
+        candidates = [
+            (file_id, chunk)
+            for (store_id, file_id), chunks in self.chunks.items()
+            if store_id == vector_store_id and (file_ids is None or file_id in file_ids)
+            for chunk in chunks
+        ]
+        semantic: dict[tuple[str, int], float] = {}
+        keyword: dict[tuple[str, int], float] = {}
+        terms = set(_words(query))
+        for file_id, chunk in candidates:
+            key = (file_id, chunk.position)
+            if embedding is not None:
+                cosine = sum(a * b for a, b in zip(embedding, chunk.embedding, strict=False))
+                semantic[key] = max(0.0, min(1.0, (1.0 + cosine) / 2))
+            words = set(_words(chunk.text))
+            if terms and terms & words:
+                keyword[key] = len(terms & words) / len(terms)
+        if ranker == "semantic":
+            scores = semantic
+        elif ranker == "keyword":
+            scores = keyword
+        else:
+            scores = {}
+            for ranking in (semantic, keyword):
+                ordered = sorted(ranking, key=lambda k: -ranking[k])
+                for rank, key in enumerate(ordered):
+                    scores[key] = scores.get(key, 0.0) + 1.0 / (60 + rank + 1)
+            top = 2.0 / 61
+            scores = {k: v / top for k, v in scores.items()}
+        texts = {(f, c.position): c.text for f, c in candidates}
+        best = sorted(scores, key=lambda k: -scores[k])[:limit]
+        return [
+            SearchHit(file_id=k[0], position=k[1], text=texts[k], score=scores[k]) for k in best
+        ]
+
+
+class FakeEmbedder:
+    """Deterministic bag-of-words hash vectors (texts sharing words are close), L2-normalized.
+
+    ``fail`` makes every call raise it; ``gate`` (when set) holds every call until it is set,
+    so tests can watch files ``in_progress``. Records the batches it embedded.
+    """
+
+    def __init__(
+        self,
+        *,
+        dimensions: int = 64,
+        fail: Exception | None = None,
+        gate: asyncio.Event | None = None,
+    ) -> None:
+        self.name = "fake-embedder"
+        self.dimensions = dimensions
+        self.fail = fail
+        self.gate = gate
+        self.batches: list[list[str]] = []
+
+    def vector(self, text: str) -> list[float]:
+        vector = [0.0] * self.dimensions
+        for word in _words(text) or [text]:
+            digest = hashlib.sha256(word.encode()).digest()
+            vector[int.from_bytes(digest[:4], "big") % self.dimensions] += 1.0
+        norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+        return [x / norm for x in vector]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail is not None:
+            raise self.fail
+        self.batches.append(list(texts))
+        return [self.vector(text) for text in texts]
+
+
+class FakeClock:
+    """A settable ``clock`` for services (seconds since the epoch)."""
+
+    def __init__(self, now: float = 1_750_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -6,8 +6,10 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from app.core.files import FilesService
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
+from app.core.vector_stores import VectorStoresService
 from app.settings import Settings
 
 
@@ -17,6 +19,8 @@ class GatewayState:
     upstream: Upstream
     store: ResponseStore
     service: ResponsesService
+    files: FilesService
+    vector_stores: VectorStoresService
 
 
 def gateway_state(request: Request) -> GatewayState:

@@ -1,0 +1,247 @@
+"""The Vector Stores API: ``/v1/vector_stores``, their files, file batches and search."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from app.api.body import read_json_object, validate
+from app.api.pagination import list_object, page_params
+from app.api.state import gateway_state
+from app.core.ports import Page
+from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
+from app.errors import InvalidRequestError
+from app.protocol.conversations import reject_unknown_fields
+from app.protocol.metadata import check_metadata
+from app.protocol.vector_stores import (
+    CreateFileBatchRequest,
+    CreateVectorStoreFileRequest,
+    CreateVectorStoreRequest,
+    SearchRequest,
+    UpdateVectorStoreFileRequest,
+    UpdateVectorStoreRequest,
+    check_attributes,
+)
+
+router = APIRouter()
+
+FILE_STATUSES = ("in_progress", "completed", "failed", "cancelled")
+
+
+def _service(request: Request) -> VectorStoresService:
+    service: VectorStoresService = request.app.state.gateway.vector_stores
+    return service
+
+
+async def _body(request: Request, *, optional: bool = False) -> dict[str, Any]:
+    """The JSON body (size-limited); an empty body is ``{}`` where every field is optional."""
+    if optional and request.headers.get("content-length") == "0":
+        return {}
+    return await read_json_object(request, gateway_state(request).settings.max_body_bytes)
+
+
+def _json(data: Any) -> Response:
+    return Response(orjson.dumps(data), media_type="application/json")
+
+
+def _list(page: Page) -> Response:
+    return _json(list_object(page))
+
+
+def _cursor(request: Request) -> Cursor:
+    params = page_params(request)
+    before = request.query_params.get("before") or None
+    return Cursor(after=params.after, before=before, limit=params.limit, order=params.order)
+
+
+def _status_filter(request: Request) -> str | None:
+    status = request.query_params.get("filter") or None
+    if status is not None and status not in FILE_STATUSES:
+        supported = ", ".join(f"'{s}'" for s in FILE_STATUSES[:-1])
+        raise InvalidRequestError(
+            f"Invalid value: '{status}'. Supported values are: {supported}, and "
+            f"'{FILE_STATUSES[-1]}'.",
+            param="filter",
+            code="invalid_value",
+        )
+    return status
+
+
+# ---------------------------------------------------------------------------- stores
+
+
+@router.post("/v1/vector_stores")
+async def create_vector_store(request: Request) -> Response:
+    body = await _body(request, optional=True)
+    reject_unknown_fields(CreateVectorStoreRequest, body)
+    parsed = validate(CreateVectorStoreRequest, body)
+    metadata = check_metadata(parsed.metadata, "metadata")
+    # ``description`` is accepted (OpenAI's SDK sends it) but not part of the object.
+    created = await _service(request).create(
+        name=parsed.name,
+        metadata=metadata,
+        expires_after=parsed.expires_after.model_dump() if parsed.expires_after else None,
+        file_ids=parsed.file_ids or [],
+        chunking_strategy=parsed.chunking_strategy,
+    )
+    return _json(created)
+
+
+@router.get("/v1/vector_stores")
+async def list_vector_stores(request: Request) -> Response:
+    return _list(await _service(request).list_stores(_cursor(request)))
+
+
+@router.get("/v1/vector_stores/{vector_store_id}")
+async def get_vector_store(request: Request, vector_store_id: str) -> Response:
+    return _json(await _service(request).get(vector_store_id))
+
+
+@router.post("/v1/vector_stores/{vector_store_id}")
+async def update_vector_store(request: Request, vector_store_id: str) -> Response:
+    body = await _body(request, optional=True)
+    reject_unknown_fields(UpdateVectorStoreRequest, body)
+    parsed = validate(UpdateVectorStoreRequest, body)
+    changes: dict[str, Any] = {}
+    if "name" in parsed.model_fields_set:
+        changes["name"] = parsed.name
+    if "metadata" in parsed.model_fields_set:
+        changes["metadata"] = check_metadata(parsed.metadata, "metadata")
+    if "expires_after" in parsed.model_fields_set:
+        expires = parsed.expires_after
+        changes["expires_after"] = expires.model_dump() if expires else None
+    return _json(await _service(request).update(vector_store_id, changes))
+
+
+@router.delete("/v1/vector_stores/{vector_store_id}")
+async def delete_vector_store(request: Request, vector_store_id: str) -> Response:
+    return _json(await _service(request).delete(vector_store_id))
+
+
+@router.post("/v1/vector_stores/{vector_store_id}/search")
+async def search_vector_store(request: Request, vector_store_id: str) -> Response:
+    body = await _body(request)
+    reject_unknown_fields(SearchRequest, body)
+    validate(SearchRequest, body)  # precise errors; the service parses the body itself
+    return _json(await _service(request).search(vector_store_id, body))
+
+
+# ---------------------------------------------------------------------------- files of a store
+
+
+@router.post("/v1/vector_stores/{vector_store_id}/files")
+async def create_vector_store_file(request: Request, vector_store_id: str) -> Response:
+    body = await _body(request)
+    reject_unknown_fields(CreateVectorStoreFileRequest, body)
+    parsed = validate(CreateVectorStoreFileRequest, body)
+    entry = FileEntry(
+        file_id=parsed.file_id,
+        attributes=check_attributes(parsed.attributes, "attributes"),
+        chunking_strategy=parsed.chunking_strategy,
+    )
+    return _json(await _service(request).add_file(vector_store_id, entry))
+
+
+@router.get("/v1/vector_stores/{vector_store_id}/files")
+async def list_vector_store_files(request: Request, vector_store_id: str) -> Response:
+    page = await _service(request).list_files(
+        vector_store_id, _cursor(request), status=_status_filter(request)
+    )
+    return _list(page)
+
+
+@router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}")
+async def get_vector_store_file(request: Request, vector_store_id: str, file_id: str) -> Response:
+    return _json(await _service(request).get_file(vector_store_id, file_id))
+
+
+@router.post("/v1/vector_stores/{vector_store_id}/files/{file_id}")
+async def update_vector_store_file(
+    request: Request, vector_store_id: str, file_id: str
+) -> Response:
+    body = await _body(request)
+    reject_unknown_fields(UpdateVectorStoreFileRequest, body)
+    parsed = validate(UpdateVectorStoreFileRequest, body)
+    attributes = check_attributes(parsed.attributes, "attributes")
+    return _json(await _service(request).update_file(vector_store_id, file_id, attributes))
+
+
+@router.delete("/v1/vector_stores/{vector_store_id}/files/{file_id}")
+async def delete_vector_store_file(
+    request: Request, vector_store_id: str, file_id: str
+) -> Response:
+    return _json(await _service(request).remove_file(vector_store_id, file_id))
+
+
+@router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}/content")
+async def vector_store_file_content(
+    request: Request, vector_store_id: str, file_id: str
+) -> Response:
+    return _json(await _service(request).file_content(vector_store_id, file_id))
+
+
+# ---------------------------------------------------------------------------- file batches
+
+
+@router.post("/v1/vector_stores/{vector_store_id}/file_batches")
+async def create_file_batch(request: Request, vector_store_id: str) -> Response:
+    body = await _body(request)
+    reject_unknown_fields(CreateFileBatchRequest, body)
+    parsed = validate(CreateFileBatchRequest, body)
+    return _json(await _service(request).create_batch(vector_store_id, _batch_entries(parsed)))
+
+
+@router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}")
+async def get_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
+    return _json(await _service(request).get_batch(vector_store_id, batch_id))
+
+
+@router.post("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel")
+async def cancel_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
+    return _json(await _service(request).cancel_batch(vector_store_id, batch_id))
+
+
+@router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files")
+async def list_file_batch_files(request: Request, vector_store_id: str, batch_id: str) -> Response:
+    page = await _service(request).list_batch_files(
+        vector_store_id, batch_id, _cursor(request), status=_status_filter(request)
+    )
+    return _list(page)
+
+
+def _batch_entries(parsed: CreateFileBatchRequest) -> list[FileEntry]:
+    """``file_ids`` (sharing ``attributes`` and ``chunking_strategy``) or ``files`` (each with
+    its own): one of them."""
+    if parsed.file_ids is not None and parsed.files is not None:
+        raise InvalidRequestError(
+            "'file_ids' and 'files' are mutually exclusive: send one of them.",
+            param="files",
+            code="invalid_value",
+        )
+    if parsed.files is not None:
+        # As with OpenAI, the batch-wide attributes and chunking strategy are then ignored.
+        entries = [
+            FileEntry(
+                file_id=item.file_id,
+                attributes=check_attributes(item.attributes, f"files[{index}].attributes"),
+                chunking_strategy=item.chunking_strategy,
+                param=f"files[{index}].chunking_strategy",
+            )
+            for index, item in enumerate(parsed.files)
+        ]
+    else:
+        attributes = check_attributes(parsed.attributes, "attributes")
+        entries = [
+            FileEntry(file_id, dict(attributes), parsed.chunking_strategy)
+            for file_id in parsed.file_ids or []
+        ]
+    if not entries:
+        raise InvalidRequestError(
+            "Missing required parameter: 'file_ids'.",
+            param="file_ids",
+            code="missing_required_parameter",
+        )
+    return entries

@@ -1,0 +1,183 @@
+"""FilesService: the Files API (``/v1/files``) over a FileStore (metadata) and a BlobStore (bytes).
+
+Deleting a file also removes it from every vector store (``FileDetacher``, the vector stores'
+service: it cancels the file's ingestion and deletes its chunks) before the store forgets it.
+A file past its ``expires_at`` is deleted when it is next asked for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from app.core.ids import uuid7_hex
+from app.core.ports import BlobStore, FileStore, Page, StoredFile
+from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
+
+JsonObject = dict[str, Any]
+
+PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
+MIN_EXPIRES_SECONDS = 3600  # 1 hour
+MAX_EXPIRES_SECONDS = 2_592_000  # 30 days
+
+
+class MissingObjectError(GatewayError):
+    """OpenAI's 404 for a file, vector store or batch id that names nothing: a null code."""
+
+    status_code = 404
+    type = "invalid_request_error"
+    code = None
+
+
+class FileDetacher(Protocol):
+    async def forget_file(self, file_id: str) -> None:
+        """Remove the file from every vector store (chunks, ingestion, usage)."""
+        ...
+
+
+def new_file_id() -> str:
+    return f"file-{uuid7_hex()}"
+
+
+class FilesService:
+    def __init__(
+        self,
+        files: FileStore,
+        blobs: BlobStore,
+        clock: Callable[[], float] = time.time,
+        *,
+        detacher: FileDetacher | None = None,
+    ) -> None:
+        self.files = files
+        self.blobs = blobs
+        self._clock = clock
+        self.detacher = detacher
+
+    async def create(
+        self, *, filename: str, data: bytes, purpose: str, expires_after: Any = None
+    ) -> JsonObject:
+        """Store an upload (``purpose`` and ``expires_after`` are checked here: 400s)."""
+        check_purpose(purpose)
+        seconds = check_expires_after(expires_after)
+        now = int(self._clock())
+        file = StoredFile(
+            id=new_file_id(),
+            filename=filename,
+            purpose=purpose,
+            bytes=len(data),
+            created_at=now,
+            expires_at=now + seconds if seconds is not None else None,
+        )
+        await self.blobs.put(file.id, data)
+        try:
+            await self.files.add_file(file)
+        except Exception:
+            await self.blobs.delete(file.id)
+            raise
+        return file.to_object()
+
+    async def list_files(
+        self, *, purpose: str | None, after: str | None, limit: int, order: str
+    ) -> Page:
+        try:
+            rows = await self.files.list_files(
+                purpose=purpose, after=after, limit=limit, order=order
+            )
+        except KeyError:
+            raise CursorNotFoundError(f"No file found with id '{after}'", param="after") from None
+        return Page(items=[file.to_object() for file in rows[:limit]], has_more=len(rows) > limit)
+
+    async def get(self, file_id: str) -> JsonObject:
+        return (await self.require(file_id)).to_object()
+
+    async def content(self, file_id: str) -> tuple[StoredFile, bytes]:
+        file = await self.require(file_id)
+        data = await self.blobs.get(file_id)
+        if data is None:
+            raise file_not_found(file_id)
+        return file, data
+
+    async def delete(self, file_id: str) -> JsonObject:
+        await self.require(file_id)
+        await self._delete(file_id)
+        return {"id": file_id, "object": "file", "deleted": True}
+
+    async def require(self, file_id: str) -> StoredFile:
+        """The file; 404 when it does not exist (or has just expired and was deleted)."""
+        file = await self.files.get_file(file_id)
+        if file is None:
+            raise file_not_found(file_id)
+        if file.expires_at is not None and file.expires_at <= self._clock():
+            await self._delete(file_id)
+            raise file_not_found(file_id)
+        return file
+
+    async def _delete(self, file_id: str) -> None:
+        if self.detacher is not None:
+            await self.detacher.forget_file(file_id)
+        await self.files.delete_file(file_id)
+        await self.blobs.delete(file_id)
+
+
+def file_not_found(file_id: str, param: str = "id") -> MissingObjectError:
+    return MissingObjectError(f"No such File object: {file_id}", param=param)
+
+
+def check_purpose(purpose: str) -> None:
+    if purpose not in PURPOSES:
+        supported = ", ".join(f"'{p}'" for p in PURPOSES[:-1])
+        raise InvalidRequestError(
+            f"Invalid value: '{purpose}'. Supported values are: {supported}, and '{PURPOSES[-1]}'.",
+            param="purpose",
+            code="invalid_value",
+        )
+
+
+def check_expires_after(value: Any) -> int | None:
+    """The seconds of a file's ``{"anchor": "created_at", "seconds": n}``, or a 400."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidRequestError(
+            "Invalid type for 'expires_after': expected an object.",
+            param="expires_after",
+            code="invalid_type",
+        )
+    for key in value:
+        if key not in ("anchor", "seconds"):
+            raise InvalidRequestError(
+                f"Unknown parameter: 'expires_after.{key}'.",
+                param=f"expires_after.{key}",
+                code="unknown_parameter",
+            )
+    for key in ("anchor", "seconds"):
+        if key not in value:
+            raise InvalidRequestError(
+                f"Missing required parameter: 'expires_after.{key}'.",
+                param=f"expires_after.{key}",
+                code="missing_required_parameter",
+            )
+    if value["anchor"] != "created_at":
+        raise InvalidRequestError(
+            f"Invalid value: '{value['anchor']}'. Supported values are: 'created_at'.",
+            param="expires_after.anchor",
+            code="invalid_value",
+        )
+    seconds = value["seconds"]
+    if isinstance(seconds, str) and seconds.strip().isdigit():
+        seconds = int(seconds)  # multipart form fields are strings
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise InvalidRequestError(
+            "Invalid type for 'expires_after.seconds': expected an integer.",
+            param="expires_after.seconds",
+            code="invalid_type",
+        )
+    if not MIN_EXPIRES_SECONDS <= seconds <= MAX_EXPIRES_SECONDS:
+        raise InvalidRequestError(
+            f"Invalid 'expires_after.seconds': integer between {MIN_EXPIRES_SECONDS} and "
+            f"{MAX_EXPIRES_SECONDS} expected, got {seconds}.",
+            param="expires_after.seconds",
+            code="invalid_value",
+        )
+    return seconds
