@@ -131,6 +131,8 @@ class Settings(BaseSettings):
     upstream_max_connections: int = Field(default=256, ge=1)
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    # Size limit of one file uploaded to /v1/files (OpenAI's is 512 MB).
+    max_upload_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     wait_for_upstream: float = Field(default=0.0, ge=0)
 
     # The server-side tool loop.

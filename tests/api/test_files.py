@@ -80,6 +80,7 @@ class FileGateway:
     embedder: FakeEmbedder
     clock: FakeClock
     backend: str
+    settings: Settings
 
     async def upload(
         self, filename: str, data: bytes | str, purpose: str = "assistants", **form: str
@@ -210,7 +211,7 @@ async def file_gateway(
         )
         stack.push_async_callback(sdk.close)
         yield FileGateway(
-            http, sdk, files, vector_stores, store, blobs, index, embedder, clock, backend
+            http, sdk, files, vector_stores, store, blobs, index, embedder, clock, backend, settings
         )
 
 
@@ -360,7 +361,7 @@ async def test_an_upload_must_be_multipart(gw: FileGateway) -> None:
 
 
 async def test_the_upload_limit(gw: FileGateway, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(files_routes, "MAX_UPLOAD_BYTES", 1000)
+    monkeypatch.setattr(gw.settings, "max_upload_bytes", 1000)
     reply = await gw.http.post(
         "/v1/files", data={"purpose": "assistants"}, files={"file": ("a.txt", b"x" * 2000)}
     )

@@ -1,7 +1,7 @@
 """The Files API: ``/v1/files`` (multipart upload, list, get, delete, content).
 
-Uploads have their own size limit (``MAX_UPLOAD_BYTES``), not the JSON body limit: the body is
-counted as it arrives and the multipart parser spools the file to disk past 1 MB.
+Uploads have their own size limit (the ``max_upload_bytes`` setting), not the JSON body limit:
+the body is counted as it arrives and the multipart parser spools the file to disk past 1 MB.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from app.errors import InvalidRequestError, RequestTooLargeError
 
 router = APIRouter()
 
-MAX_UPLOAD_BYTES = 512 * 1024 * 1024
 MAX_LIST_LIMIT = 10_000
 # Form fields other than the file itself (``purpose``, ``expires_after[...]``) are small.
 _MAX_FIELD_BYTES = 64 * 1024
@@ -40,7 +39,7 @@ def _json(data: Any) -> Response:
 
 @router.post("/v1/files")
 async def create_file(request: Request) -> Response:
-    form = await _read_form(request, MAX_UPLOAD_BYTES)
+    form = await _read_form(request, request.app.state.gateway.settings.max_upload_bytes)
     try:
         upload = form.get("file")
         if not isinstance(upload, UploadFile):
