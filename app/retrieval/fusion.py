@@ -156,6 +156,29 @@ async def hybrid_search(
     return fuse_hits(rankings, limit=limit)
 
 
+async def ranked_search(
+    index: RankedSearch,
+    vector_store_id: str,
+    *,
+    embedding: list[float] | None,
+    query: str,
+    limit: int,
+    ranker: str,
+    file_ids: list[str] | None,
+) -> list[SearchHit]:
+    """``VectorIndex.search`` for an index that offers both rankings: the one ``ranker``
+    names, or both fused (``hybrid``)."""
+    check_ranker(ranker, embedding)
+    if limit <= 0:
+        return []
+    if ranker == "semantic":
+        assert embedding is not None
+        return await index.semantic(vector_store_id, embedding, limit, file_ids)
+    if ranker == "keyword":
+        return await index.keyword(vector_store_id, query, limit, file_ids)
+    return await hybrid_search(index, vector_store_id, embedding, query, limit, file_ids)
+
+
 def query_terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
     """The user's query as distinct search terms (see the module's docstring); each has at
     least one letter or digit and no double quote."""

@@ -28,10 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ports import IndexedChunk, SearchHit
 from app.retrieval.fusion import (
-    check_ranker,
-    hybrid_search,
     keyword_score,
     query_terms,
+    ranked_search,
     semantic_score,
 )
 
@@ -167,15 +166,15 @@ class PgVectorIndex:
         ranker: str,
         file_ids: list[str] | None = None,
     ) -> list[SearchHit]:
-        check_ranker(ranker, embedding)
-        if limit <= 0:
-            return []
-        if ranker == "semantic":
-            assert embedding is not None
-            return await self.semantic(vector_store_id, embedding, limit, file_ids)
-        if ranker == "keyword":
-            return await self.keyword(vector_store_id, query, limit, file_ids)
-        return await hybrid_search(self, vector_store_id, embedding, query, limit, file_ids)
+        return await ranked_search(
+            self,
+            vector_store_id,
+            embedding=embedding,
+            query=query,
+            limit=limit,
+            ranker=ranker,
+            file_ids=file_ids,
+        )
 
     async def semantic(
         self,
