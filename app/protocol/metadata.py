@@ -37,23 +37,33 @@ def check_metadata(metadata: Any, param: str) -> dict[str, str]:
     A value at fault is named precisely (``metadata.topic``); a count or key problem names the
     object itself.
     """
-    if metadata is None:
+    checked: dict[str, str] = check_pairs(metadata, param, (str,), "a string")
+    return checked
+
+
+def check_pairs(
+    value: Any, param: str, value_types: tuple[type, ...], expected: str
+) -> dict[str, Any]:
+    """OpenAI's key-value objects (``metadata``, vector store file ``attributes``): at most 16
+    keys of up to 64 characters, values of ``value_types`` (strings up to 512 characters), or
+    a 400 naming ``param`` (or the key at fault: ``metadata.topic``). ``None`` is empty."""
+    if value is None:
         return {}
-    if not isinstance(metadata, dict):
+    if not isinstance(value, dict):
         raise InvalidRequestError(
             f"Invalid type for '{param}': expected an object, but got "
-            f"{json_type_name(metadata)} instead.",
+            f"{json_type_name(value)} instead.",
             param=param,
             code="invalid_type",
         )
-    if len(metadata) > MAX_PAIRS:
+    if len(value) > MAX_PAIRS:
         raise InvalidRequestError(
             f"Invalid '{param}': too many properties. Expected an object with at most "
-            f"{MAX_PAIRS} properties, but got an object with {len(metadata)} properties instead.",
+            f"{MAX_PAIRS} properties, but got an object with {len(value)} properties instead.",
             param=param,
             code="object_above_max_properties",
         )
-    for key, value in metadata.items():
+    for key, item in value.items():
         if len(key) > MAX_KEY_LENGTH:
             raise InvalidRequestError(
                 f"Invalid '{param}': key '{key}' is too long. Expected a key with maximum "
@@ -62,18 +72,18 @@ def check_metadata(metadata: Any, param: str) -> dict[str, str]:
                 code="string_above_max_length",
             )
         where = f"{param}.{key}"
-        if not isinstance(value, str):
+        if not isinstance(item, value_types):
             raise InvalidRequestError(
-                f"Invalid type for '{where}': expected a string, but got "
-                f"{json_type_name(value)} instead.",
+                f"Invalid type for '{where}': expected {expected}, but got "
+                f"{json_type_name(item)} instead.",
                 param=where,
                 code="invalid_type",
             )
-        if len(value) > MAX_VALUE_LENGTH:
+        if isinstance(item, str) and len(item) > MAX_VALUE_LENGTH:
             raise InvalidRequestError(
                 f"Invalid '{where}': string too long. Expected a string with maximum length "
-                f"{MAX_VALUE_LENGTH}, but got a string with length {len(value)} instead.",
+                f"{MAX_VALUE_LENGTH}, but got a string with length {len(item)} instead.",
                 param=where,
                 code="string_above_max_length",
             )
-    return dict(metadata)
+    return dict(value)

@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.errors import InvalidRequestError
-from app.protocol.metadata import MAX_KEY_LENGTH, MAX_PAIRS, MAX_VALUE_LENGTH, json_type_name
+from app.protocol.metadata import check_pairs
 
 JsonObject = dict[str, Any]
 Attributes = dict[str, str | float | bool]
@@ -126,44 +125,7 @@ def index_ranker(ranker: str) -> str:
 def check_attributes(attributes: Any, param: str) -> Attributes:
     """``attributes`` as OpenAI takes them (``None`` is empty), or a 400 naming ``param``: at
     most 16 keys of up to 64 characters; values are strings (up to 512), numbers or booleans."""
-    if attributes is None:
-        return {}
-    if not isinstance(attributes, dict):
-        raise InvalidRequestError(
-            f"Invalid type for '{param}': expected an object, but got "
-            f"{json_type_name(attributes)} instead.",
-            param=param,
-            code="invalid_type",
-        )
-    if len(attributes) > MAX_PAIRS:
-        raise InvalidRequestError(
-            f"Invalid '{param}': too many properties. Expected an object with at most "
-            f"{MAX_PAIRS} properties, but got an object with {len(attributes)} properties "
-            "instead.",
-            param=param,
-            code="object_above_max_properties",
-        )
-    for key, value in attributes.items():
-        if len(key) > MAX_KEY_LENGTH:
-            raise InvalidRequestError(
-                f"Invalid '{param}': key '{key}' is too long. Expected a key with maximum "
-                f"length {MAX_KEY_LENGTH}, but got a key with length {len(key)} instead.",
-                param=param,
-                code="string_above_max_length",
-            )
-        where = f"{param}.{key}"
-        if not isinstance(value, str | int | float | bool):
-            raise InvalidRequestError(
-                f"Invalid type for '{where}': expected one of a string, a number or a "
-                f"boolean, but got {json_type_name(value)} instead.",
-                param=where,
-                code="invalid_type",
-            )
-        if isinstance(value, str) and len(value) > MAX_VALUE_LENGTH:
-            raise InvalidRequestError(
-                f"Invalid '{where}': string too long. Expected a string with maximum length "
-                f"{MAX_VALUE_LENGTH}, but got a string with length {len(value)} instead.",
-                param=where,
-                code="string_above_max_length",
-            )
-    return dict(attributes)
+    checked: Attributes = check_pairs(
+        attributes, param, (str, int, float, bool), "one of a string, a number or a boolean"
+    )
+    return checked
