@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -611,3 +612,27 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
+
+
+def scripted_cassette(rounds: list[list[JsonObject]], *, stream: bool) -> Any:
+    """A cassette with one upstream turn per round of output items, streamed like vLLM
+    (``round_events``) or answered as JSON: the model's side of a recorded gateway exchange."""
+    from app.recording.cassette import Cassette, RecordedRequest, RecordedResponse, Turn
+
+    turns = []
+    for number, items in enumerate(rounds, start=1):
+        if stream:
+            lines: list[str] = []
+            for event in round_events(items):
+                lines += [f"event: {event['type']}\n", f"data: {json.dumps(event)}\n", "\n"]
+            response = RecordedResponse(
+                status_code=200, headers={"content-type": "text/event-stream"}, sse=lines
+            )
+        else:
+            body = {"object": "response", "status": "completed", "output": items}
+            response = RecordedResponse(
+                status_code=200, headers={"content-type": "application/json"}, body=body
+            )
+        request = RecordedRequest(method="POST", path="/v1/responses", body={"stream": stream})
+        turns.append(Turn(filename=f"t{number}", request=request, response=response))
+    return Cassette(turns=turns)

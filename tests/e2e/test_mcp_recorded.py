@@ -21,10 +21,10 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 
 from app.main import create_app
-from app.recording.cassette import Cassette, RecordedRequest, RecordedResponse, Turn, load_cassette
+from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.fakes import round_events
+from tests.fakes import scripted_cassette
 from tests.helpers import serve_in_thread
 
 JsonObject = dict[str, Any]
@@ -101,35 +101,6 @@ def upstream_rounds(output: list[JsonObject]) -> list[list[JsonObject]]:
     return rounds
 
 
-def upstream_cassette(request: JsonObject, rounds: list[list[JsonObject]]) -> Cassette:
-    """One upstream turn per round, streamed like vLLM or answered as JSON like the client."""
-    stream = bool(request.get("stream"))
-    turns = []
-    for number, items in enumerate(rounds, start=1):
-        if stream:
-            lines: list[str] = []
-            for event in round_events(items):
-                lines += [f"event: {event['type']}\n", f"data: {json.dumps(event)}\n", "\n"]
-            response = RecordedResponse(
-                status_code=200, headers={"content-type": "text/event-stream"}, sse=lines
-            )
-        else:
-            body = {"object": "response", "status": "completed", "output": items}
-            response = RecordedResponse(
-                status_code=200, headers={"content-type": "application/json"}, body=body
-            )
-        turns.append(
-            Turn(
-                filename=f"t{number}",
-                request=RecordedRequest(
-                    method="POST", path="/v1/responses", body={"stream": stream}
-                ),
-                response=response,
-            )
-        )
-    return Cassette(turns=turns)
-
-
 def view(item: JsonObject) -> JsonObject:
     """What must match between the recording and the gateway (ids, formatting aside)."""
     kind = item["type"]
@@ -169,7 +140,9 @@ def event_shape(types: list[str]) -> list[str]:
 @pytest.mark.parametrize("name", RECORDINGS, ids=lambda n: Path(n).stem)
 def test_recorded_mcp_exchange_is_reproduced(shared_cassettes: Path, name: str) -> None:
     request, recorded, recorded_types = recorded_exchange(shared_cassettes / name)
-    cassette = upstream_cassette(request, upstream_rounds(recorded["output"]))
+    cassette = scripted_cassette(
+        upstream_rounds(recorded["output"]), stream=bool(request.get("stream"))
+    )
     with (
         serve_recorded_counter() as mcp_url,
         serve_in_thread(create_replay_app(cassette)) as replay_url,

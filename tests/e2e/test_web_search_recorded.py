@@ -39,16 +39,12 @@ import pytest
 
 from app.main import create_app
 from app.recording.cassette import (
-    Cassette,
-    RecordedRequest,
-    RecordedResponse,
-    Turn,
     load_cassette,
     sse_data_events,
 )
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.fakes import round_events
+from tests.fakes import scripted_cassette
 from tests.helpers import serve_in_thread
 from tests.lifecycle import assert_lifecycle
 from tests.search_servers import doc, serve_search
@@ -113,34 +109,6 @@ def upstream_rounds(output: list[JsonObject]) -> list[list[JsonObject]]:
     return rounds
 
 
-def upstream_cassette(rounds: list[list[JsonObject]], stream: bool) -> Cassette:
-    """One upstream turn per round, streamed like vLLM or answered as JSON."""
-    turns = []
-    for number, items in enumerate(rounds, start=1):
-        if stream:
-            lines: list[str] = []
-            for event in round_events(items):
-                lines += [f"event: {event['type']}\n", f"data: {json.dumps(event)}\n", "\n"]
-            response = RecordedResponse(
-                status_code=200, headers={"content-type": "text/event-stream"}, sse=lines
-            )
-        else:
-            body = {"object": "response", "status": "completed", "output": items}
-            response = RecordedResponse(
-                status_code=200, headers={"content-type": "application/json"}, body=body
-            )
-        turns.append(
-            Turn(
-                filename=f"t{number}",
-                request=RecordedRequest(
-                    method="POST", path="/v1/responses", body={"stream": stream}
-                ),
-                response=response,
-            )
-        )
-    return Cassette(turns=turns)
-
-
 def recorded_sources(output: list[JsonObject]) -> list[JsonObject]:
     return [
         s for item in output if item["type"] == "web_search_call" for s in item["action"]["sources"]
@@ -198,7 +166,7 @@ def test_recorded_web_search_exchange_is_reproduced(
     )
     with (
         serve_search("searxng", documents=corpus) as search,
-        serve_in_thread(create_replay_app(upstream_cassette(rounds, stream))) as replay_url,
+        serve_in_thread(create_replay_app(scripted_cassette(rounds, stream=stream))) as replay_url,
     ):
         settings = Settings(
             upstream_url=replay_url,
