@@ -911,9 +911,9 @@ def serve_gateway(argv: list[str]) -> None:
 
     build = wiring.build_toolkit
 
-    def build_toolkit(settings: Any) -> Any:
-        toolkit, pool = build(settings)
-        return BenchToolKit(toolkit), pool
+    def build_toolkit(settings: Any, *args: Any) -> Any:
+        toolkit, resources = build(settings, *args)
+        return BenchToolKit(toolkit), resources
 
     wiring.build_toolkit = build_toolkit
     import gateway_launcher

@@ -276,12 +276,13 @@ class VectorStoresService:
             hits = await self._hits(store.id, queries, ranker, request.max_num_results, allowed)
         await self._touch(store.id)
         data: list[JsonObject] = []
+        filenames: dict[str, str] = {}
         for hit in hits:
             if len(data) >= request.max_num_results:
                 break
             if hit.score < threshold:
                 continue
-            result = await self._result(store.id, hit, records)
+            result = await self._result(store.id, hit, records, filenames)
             if result is not None:
                 data.append(result)
         return {
@@ -346,18 +347,26 @@ class VectorStoresService:
             ) from exc
 
     async def _result(
-        self, vector_store_id: str, hit: SearchHit, records: dict[str, StoredVectorStoreFile]
+        self,
+        vector_store_id: str,
+        hit: SearchHit,
+        records: dict[str, StoredVectorStoreFile],
+        filenames: dict[str, str],
     ) -> JsonObject | None:
+        """One result (the file's record and name read once per search, not once per hit)."""
         record = records.get(hit.file_id)
         if record is None:
             record = await self.files.get_vector_store_file(vector_store_id, hit.file_id)
             if record is None:
                 return None  # detached meanwhile
             records[hit.file_id] = record
-        file = await self.files.get_file(hit.file_id)
+        name = filenames.get(hit.file_id)
+        if name is None:
+            file = await self.files.get_file(hit.file_id)
+            name = filenames[hit.file_id] = file.filename if file is not None else ""
         return {
             "file_id": hit.file_id,
-            "filename": file.filename if file is not None else "",
+            "filename": name,
             "score": hit.score,
             "attributes": record.attributes,
             "content": [{"type": "text", "text": hit.text}],

@@ -195,4 +195,20 @@ def query_terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:
         terms.append(term)
         if len(terms) == max_terms:
             break
-    return terms
+    # Function words match nearly every chunk: the full-text ranking then scores the whole
+    # store (bench/README.md, "End-to-end file_search round") and ranks nothing better for it.
+    content = [t for t in terms if t.casefold() not in STOPWORDS]
+    return content or terms
+
+
+# English function words left out of keyword queries (when the query has other words).
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each few for from
+    further had has have having he her here hers herself him himself his how i if in into is it
+    its itself just me more most my myself no nor not now of off on once only or other our ours
+    ourselves out over own same she should so some such than that the their theirs them
+    themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself
+    yourselves""".split()
+)
