@@ -221,6 +221,7 @@ class SqliteVectorIndex:
             raise ValueError("SqliteVectorIndex needs a SQLite engine")
         self._engine = engine
         self._writer = engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+        self._write_lock = asyncio.Lock()
         # Single-statement reads: no transaction (one round trip less to aiosqlite's thread).
         self._reader = engine.execution_options(**{SQLITE_BEGIN: None})
         self._cache = _MatrixCache(cache_bytes)
@@ -251,7 +252,10 @@ class SqliteVectorIndex:
     ) -> AsyncIterator[tuple[AsyncConnection, int | None]]:
         """A write transaction on a store's chunks (write lock first); yields the store's
         version before it, for ``_patch``."""
-        async with self._writer.begin() as conn:
+        # One writer at a time in this process: SQLite has one write lock per database, and
+        # concurrent writers on the pool's connections would time out on it ("database is
+        # locked") instead of queueing.
+        async with self._write_lock, self._writer.begin() as conn:
             yield conn, await _version(conn, vector_store_id)
 
     async def _set_version(self, conn: AsyncConnection, vector_store_id: str) -> int:
