@@ -33,10 +33,10 @@ from app.store.engine import create_engine_for  # noqa: E402
 from app.store.files_sql import SqlFileStore  # noqa: E402
 from app.store.migrate import prepare_database  # noqa: E402
 
-WORDS = (
+WORDS = (  # noqa: SIM905
     "gateway stream response tool search vector memory ownership borrow model token chunk "
     "index query upstream server client event round loop file store embedding text result"
-).split()  # noqa: SIM905
+).split()
 
 
 def document(kib: int, seed: int) -> bytes:
