@@ -33,10 +33,12 @@ SQLITE_BEGIN = "respgate_sqlite_begin"
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 SQLITE_PRAGMAS = (
+    # First: the others may need a lock (journal_mode while another connection writes), and
+    # without a busy timeout a new connection then fails at once with "database is locked".
+    f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
     "PRAGMA journal_mode=WAL",
     "PRAGMA synchronous=NORMAL",
     "PRAGMA foreign_keys=ON",
-    f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
     "PRAGMA temp_store=MEMORY",
     "PRAGMA cache_size=-32768",  # 32 MiB page cache per connection
 )
