@@ -206,11 +206,8 @@ class InstantTool:
     def open_item(self, call: Any) -> JsonObject:
         return self._item(call, arguments="")
 
-    def needs_approval(self, call: Any) -> bool:
-        return False
-
-    def approval_item(self, call: Any) -> JsonObject:
-        raise AssertionError("no approvals here")
+    def approval_item(self, call: Any) -> JsonObject | None:
+        return None
 
     async def run(self, call: Any, *, timeout: float) -> Any:  # noqa: ASYNC109
         from app.core.ports import ToolResult

@@ -23,7 +23,6 @@ from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
-from app.core.ids import new_id
 from app.core.jsoncopy import clone
 from app.core.observe import ToolCallEvent, ToolEvents, preview_of
 from app.core.ports import (
@@ -45,8 +44,6 @@ JsonObject = dict[str, Any]
 # A guard above any configured round cap: a loop never runs more inference rounds than this.
 HARD_MAX_ROUNDS = 100
 
-_CALL_PREFIX = {"mcp_call": "mcp"}
-
 
 @dataclass(frozen=True, slots=True)
 class LoopLimits:
@@ -67,7 +64,8 @@ class _RoundView:
         self.executors = executors
         self.annotators = annotators or []
         self.calls: dict[str, GatewayCall] = {}  # accumulator item id -> call
-        self.approvals: set[str] = set()  # accumulator item ids waiting for approval
+        # accumulator item id -> the item asking the client to approve that call
+        self.approvals: dict[str, JsonObject] = {}
         self.open_calls: dict[str, GatewayCall] = {}  # client item id -> call not closed yet
         # (message id, content index) -> citations added to that output_text part
         self.citations: dict[tuple[str, int], list[JsonObject]] = {}
@@ -103,8 +101,9 @@ class _RoundView:
             if call is None:
                 return [event]
             call.arguments = str(item.get("arguments") or call.arguments)
-            if item.get("id") in self.approvals:
-                request = self.executors[call.name].approval_item(call)
+            request = self.approvals.get(str(item.get("id")))
+            if request is not None:
+                request["arguments"] = call.arguments
                 index = call.output_index
                 self.open_calls.pop(call.item_id, None)
                 return [_added(index, request), _done(index, request)]
@@ -127,9 +126,10 @@ class _RoundView:
             output_index=index,
         )
         self.calls[str(item.get("id"))] = call
-        if executor.needs_approval(call):
-            self.approvals.add(str(item.get("id")))
-            call.item_id = new_id("mcpr")
+        request = executor.approval_item(call)
+        if request is not None:
+            self.approvals[str(item.get("id"))] = request
+            call.item_id = str(request["id"])
             return []
         opened = executor.open_item(call)
         call.item_id = str(opened["id"])
@@ -189,10 +189,10 @@ class _RoundView:
             if self.citations and item.get("type") == "message":
                 self.patch_message(item)
             return item
-        executor = self.executors[call.name]
-        if item.get("id") in self.approvals:
-            return executor.approval_item(call)
-        return executor.open_item(call) | {"id": call.item_id}
+        request = self.approvals.get(str(item.get("id")))
+        if request is not None:
+            return request | {"arguments": call.arguments}
+        return self.executors[call.name].open_item(call) | {"id": call.item_id}
 
 
 def _add_citations(part: JsonObject, citations: list[JsonObject]) -> None:

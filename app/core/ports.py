@@ -259,10 +259,10 @@ class ToolExecutor(Protocol):
         """The in-progress item the client sees when the model starts the call."""
         ...
 
-    def needs_approval(self, call: GatewayCall) -> bool: ...
-
-    def approval_item(self, call: GatewayCall) -> JsonObject:
-        """The item that asks the client to approve the call (the response ends there)."""
+    def approval_item(self, call: GatewayCall) -> JsonObject | None:
+        """The item that asks the client to approve the call (the response ends there), or
+        ``None`` when the call runs without approval. Asked when the model opens the call;
+        the item's ``arguments`` are filled in once the model has sent them all."""
         ...
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109

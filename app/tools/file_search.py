@@ -159,11 +159,8 @@ class FileSearchExecutor:
     def open_item(self, call: GatewayCall) -> JsonObject:
         return self._item(call)
 
-    def needs_approval(self, call: GatewayCall) -> bool:
-        return False
-
-    def approval_item(self, call: GatewayCall) -> JsonObject:
-        raise NotImplementedError("file search needs no approval")
+    def approval_item(self, call: GatewayCall) -> JsonObject | None:
+        return None  # file search runs without approval
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
         item = self._item(call, status=status, queries=_safe_queries(call.arguments))

@@ -211,13 +211,12 @@ class McpToolExecutor:
     def open_item(self, call: GatewayCall) -> JsonObject:
         return self._item(call, arguments=call.arguments if call.approval_request_id else "")
 
-    def needs_approval(self, call: GatewayCall) -> bool:
+    def approval_item(self, call: GatewayCall) -> JsonObject | None:
         if call.approval_request_id or self._server is None:
-            return False
+            return None  # approved already, or an unknown tool (answered with an error)
         info = self._server.tools.get(self.tool)
-        return info is not None and self._server.approval_required(info, self.tool)
-
-    def approval_item(self, call: GatewayCall) -> JsonObject:
+        if info is None or not self._server.approval_required(info, self.tool):
+            return None
         return {
             "id": call.item_id or new_id("mcpr"),
             "type": "mcp_approval_request",

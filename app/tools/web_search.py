@@ -321,11 +321,8 @@ class WebSearchExecutor:
         action = request.action() if request.queries else {"type": "search"}
         return self._item(call, action, "in_progress")
 
-    def needs_approval(self, call: GatewayCall) -> bool:
-        return False
-
-    def approval_item(self, call: GatewayCall) -> JsonObject:
-        return self.open_item(call)  # never asked: web search needs no approval
+    def approval_item(self, call: GatewayCall) -> JsonObject | None:
+        return None  # web search runs without approval
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
         action = _lenient(call.arguments).action()

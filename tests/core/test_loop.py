@@ -50,11 +50,8 @@ class FakeTool:
     def open_item(self, call: GatewayCall) -> JsonObject:
         return self._item(call, arguments="")
 
-    def needs_approval(self, call: GatewayCall) -> bool:
-        return False
-
-    def approval_item(self, call: GatewayCall) -> JsonObject:
-        raise AssertionError("no approvals here")
+    def approval_item(self, call: GatewayCall) -> JsonObject | None:
+        return None
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
         self.running += 1

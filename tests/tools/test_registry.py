@@ -240,7 +240,7 @@ async def test_configured_servers_are_used_by_label_over_http_and_stdio(counter_
         assert names(prepared) == ["mcp__docs__sum", "mcp__local__echo"]
         call = GatewayCall("mcp_1", "c1", "mcp__local__echo", '{"message": "via stdio"}', 0)
         executor = prepared.executors["mcp__local__echo"]
-        assert not executor.needs_approval(call)  # operator-configured default: never
+        assert executor.approval_item(call) is None  # operator-configured default: never
         result = await executor.run(call, timeout=10)
         assert result.ok and result.model_output == "via stdio"
         await prepared.aclose()

@@ -534,7 +534,7 @@ async def test_the_executor_alone() -> None:
     assert executor.presentation is PRESENTATION
     call = GatewayCall(item_id="", call_id="c", name="web_search", arguments="", output_index=0)
     assert executor.open_item(call)["action"] == {"type": "search"}
-    assert not executor.needs_approval(call)
+    assert executor.approval_item(call) is None
     call.item_id = "ws_1"
     call.arguments = '{"query": "potato"}'
     assert executor.open_item(call) == {
