@@ -22,7 +22,7 @@ from app.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from app.upstream.responses import decode_response, error_envelope
+from app.upstream.http import decode_json_object as decode_response, error_envelope
 from app.upstream.sse import parse_sse_lines
 
 try:  # the aiohttp adapter's own line splitter, where this version of the app has one

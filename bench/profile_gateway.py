@@ -106,7 +106,7 @@ class InProcessUpstream:
     async def create_response(self, body: dict[str, Any], headers: Mapping[str, str]) -> Any:
         import orjson
 
-        from app.upstream.responses import decode_response
+        from app.upstream.http import decode_json_object as decode_response
 
         orjson.dumps(body)  # what the adapter serializes
         return decode_response(self.json_body)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 JsonObject = dict[str, Any]
 
@@ -16,6 +16,33 @@ class RawReply:
     status_code: int
     content_type: str
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class RawStream:
+    """An upstream answer streamed to the client as it comes (``/v1/chat/completions``);
+    ``close`` releases the connection, and stops the upstream when the body was not read out."""
+
+    status_code: int
+    content_type: str
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], Awaitable[None]]
+
+
+@runtime_checkable
+class ChatCompletionsForwarder(Protocol):
+    """An upstream that takes ``POST /v1/chat/completions`` bodies unchanged."""
+
+    async def forward_chat_completions(
+        self, body: bytes, headers: Mapping[str, str]
+    ) -> RawStream: ...
+
+
+@runtime_checkable
+class UpstreamReadiness(Protocol):
+    """Several upstreams behind one: whether each answers, by name."""
+
+    async def readiness(self) -> dict[str, bool]: ...
 
 
 class UpstreamEventStream(Protocol):

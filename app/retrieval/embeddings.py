@@ -26,7 +26,7 @@ import numpy as np
 import orjson
 
 from app.errors import GatewayError, UpstreamHTTPError, UpstreamProtocolError
-from app.upstream.responses import error_envelope, map_transport_error
+from app.upstream.http import error_envelope, map_transport_error
 
 if TYPE_CHECKING:
     from app.core.ports import Embedder
