@@ -1,0 +1,393 @@
+"""``chat.completion.chunk`` stream -> Responses API stream events (pure, no I/O).
+
+``ChatStreamTranslator`` emits the events a vLLM ``/v1/responses`` server emits for the same
+answer (``response.created``, ``output_item.added``, ``content_part.added``, deltas, ``*.done``,
+then ``response.completed``/``response.incomplete``), so that ``core.accumulator`` folds a chat
+upstream exactly as it folds a Responses upstream. Plain dicts throughout: this is a hot path.
+
+Item order follows the chat deltas: reasoning, then text, then tool calls; a kind of delta
+different from the open item's closes it first. Tool calls are keyed by ``index`` and stay open
+until the end of the stream (parallel calls may interleave), or until text follows them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from app.core.ids import new_id
+from app.errors import UpstreamProtocolError
+from app.protocol import events as ev
+from app.upstream.chat_items import (
+    JsonObject,
+    arguments_text,
+    error_of,
+    function_call_item,
+    message_item,
+    output_text_part,
+    reasoning_item,
+    reasoning_of,
+    refusal_part,
+    response_object,
+    status_of,
+    text_of,
+    usage_of,
+)
+
+logger = logging.getLogger(__name__)
+
+# Part type -> (delta event, done event, the part's text field).
+_PART_EVENTS = {
+    "output_text": (ev.OUTPUT_TEXT_DELTA, ev.OUTPUT_TEXT_DONE, "text"),
+    "refusal": (ev.REFUSAL_DELTA, ev.REFUSAL_DONE, "refusal"),
+    "reasoning_text": (ev.REASONING_TEXT_DELTA, ev.REASONING_TEXT_DONE, "text"),
+}
+
+
+class _TextItem:
+    """The open reasoning or message item: its finished parts and the part being streamed."""
+
+    __slots__ = ("buffer", "index", "item", "part_kind")
+
+    def __init__(self, index: int, item: JsonObject) -> None:
+        self.index = index
+        self.item = item
+        self.part_kind: str | None = None
+        self.buffer: list[str] = []
+
+
+class _Call:
+    """One streamed tool call."""
+
+    __slots__ = ("arguments", "index", "is_open", "item", "upstream_id")
+
+    def __init__(self, index: int, item: JsonObject, upstream_id: str | None) -> None:
+        self.index = index
+        self.item = item
+        self.upstream_id = upstream_id
+        self.arguments: list[str] = []
+        self.is_open = True
+
+
+class ChatStreamTranslator:
+    """Feeds parsed chat-completion chunks in; gets Responses stream events out."""
+
+    def __init__(self, request: JsonObject) -> None:
+        self.done = False
+        self._model: Any = request.get("model")
+        self._response_id = new_id("resp")
+        self._created_at = int(time.time())
+        self._started = False
+        self._output: list[JsonObject] = []
+        self._text: _TextItem | None = None
+        self._calls: dict[int, _Call] = {}  # by the upstream's tool-call index
+        self._open_calls: list[_Call] = []
+        self._last_call: _Call | None = None
+        self._finish_reason: str | None = None
+        self._usage: JsonObject | None = None
+
+    # ------------------------------------------------------------------ public API
+
+    def feed(self, chunk: JsonObject) -> list[JsonObject]:
+        """One parsed ``data:`` chunk -> the Responses events it produces."""
+        if self.done:
+            return []
+        if chunk.get("type") == ev.STREAM_DONE:
+            return self.finish()
+        error = error_of(chunk)
+        if error is not None:
+            self.done = True
+            code = error.get("code")
+            return [
+                {
+                    "type": ev.ERROR,
+                    "code": str(code) if code is not None and code != "" else "upstream_error",
+                    "message": str(error.get("message") or "the upstream reported an error"),
+                    "param": error.get("param"),
+                }
+            ]
+        events: list[JsonObject] = []
+        if not self._started:
+            events.extend(self._start(chunk))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = usage
+        choices = chunk.get("choices")
+        if isinstance(choices, list):
+            for choice in choices:
+                if isinstance(choice, dict) and choice.get("index") in (0, None):
+                    self._choice(choice, events)
+        return events
+
+    def finish(self) -> list[JsonObject]:
+        """The upstream stream ended: close what is open and emit the terminal event."""
+        if self.done:
+            return []
+        if self._finish_reason is None:
+            raise UpstreamProtocolError("the upstream's chat stream ended before a finish_reason")
+        status, incomplete = status_of(self._finish_reason)
+        events: list[JsonObject] = []
+        self._close_text(events, status)
+        self._close_calls(events)
+        self.done = True
+        response = self._response(status, incomplete)
+        kind = ev.RESPONSE_COMPLETED if status == "completed" else ev.RESPONSE_INCOMPLETE
+        events.append({"type": kind, "response": response})
+        return events
+
+    # ------------------------------------------------------------------ chunks
+
+    def _start(self, chunk: JsonObject) -> list[JsonObject]:
+        self._started = True
+        if chunk.get("model"):
+            self._model = chunk["model"]
+        created = chunk.get("created")
+        if isinstance(created, int) and not isinstance(created, bool):
+            self._created_at = created
+        snapshot = self._response("in_progress", None)
+        return [
+            {"type": ev.RESPONSE_CREATED, "response": snapshot},
+            {"type": ev.RESPONSE_IN_PROGRESS, "response": {**snapshot, "output": []}},
+        ]
+
+    def _choice(self, choice: JsonObject, events: list[JsonObject]) -> None:
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            # A few servers send a whole ``message`` instead of deltas; after deltas, such a
+            # message repeats them.
+            message = choice.get("message")
+            delta = message if isinstance(message, dict) and not self._output else {}
+        if delta:
+            reasoning = reasoning_of(delta)
+            if reasoning:
+                self._text_delta("reasoning_text", reasoning, events)
+            content = text_of(delta.get("content"))
+            if content:
+                self._text_delta("output_text", content, events)
+            refusal = delta.get("refusal")
+            if isinstance(refusal, str) and refusal:
+                self._text_delta("refusal", refusal, events)
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                for call in calls:
+                    if isinstance(call, dict):
+                        self._call_delta(call, events)
+            legacy = delta.get("function_call")
+            if isinstance(legacy, dict):
+                self._call_delta({"function": legacy}, events)
+        finish_reason = choice.get("finish_reason")
+        if isinstance(finish_reason, str) and finish_reason:
+            self._finish_reason = finish_reason
+
+    # ------------------------------------------------------------------ reasoning and text
+
+    def _text_delta(self, part_kind: str, delta: str, events: list[JsonObject]) -> None:
+        item_type = "reasoning" if part_kind == "reasoning_text" else "message"
+        text = self._text
+        if text is None or text.item["type"] != item_type:
+            self._close_text(events, "completed")
+            self._close_calls(events)
+            text = self._open_text(item_type, events)
+        if text.part_kind != part_kind:
+            self._close_part(text, events)
+            self._open_part(text, part_kind, events)
+        text.buffer.append(delta)
+        delta_type, _, _ = _PART_EVENTS[part_kind]
+        event = {
+            "type": delta_type,
+            "item_id": text.item["id"],
+            "output_index": text.index,
+            "content_index": len(text.item["content"]),
+            "delta": delta,
+        }
+        if part_kind == "output_text":
+            event["logprobs"] = []
+        events.append(event)
+
+    def _open_text(self, item_type: str, events: list[JsonObject]) -> _TextItem:
+        if item_type == "reasoning":
+            item = reasoning_item(new_id("rs"), None, "in_progress")
+        else:
+            item = message_item(new_id("msg"), [], "in_progress")
+        text = _TextItem(len(self._output), item)
+        self._output.append(item)
+        self._text = text
+        events.append(
+            {
+                "type": ev.OUTPUT_ITEM_ADDED,
+                "output_index": text.index,
+                "item": {**item, "content": []},
+            }
+        )
+        return text
+
+    def _open_part(self, text: _TextItem, part_kind: str, events: list[JsonObject]) -> None:
+        text.part_kind = part_kind
+        text.buffer = []
+        events.append(
+            {
+                "type": ev.CONTENT_PART_ADDED,
+                "item_id": text.item["id"],
+                "output_index": text.index,
+                "content_index": len(text.item["content"]),
+                "part": _part(part_kind, ""),
+            }
+        )
+
+    def _close_part(self, text: _TextItem, events: list[JsonObject]) -> None:
+        part_kind = text.part_kind
+        if part_kind is None:
+            return
+        value = "".join(text.buffer)
+        _, done_type, field = _PART_EVENTS[part_kind]
+        address = {
+            "item_id": text.item["id"],
+            "output_index": text.index,
+            "content_index": len(text.item["content"]),
+        }
+        done: JsonObject = {"type": done_type, **address, field: value}
+        if part_kind == "output_text":
+            done["logprobs"] = []
+        part = _part(part_kind, value)
+        events.append(done)
+        events.append({"type": ev.CONTENT_PART_DONE, **address, "part": _part(part_kind, value)})
+        text.item["content"].append(part)
+        text.part_kind = None
+        text.buffer = []
+
+    def _close_text(self, events: list[JsonObject], status: str) -> None:
+        text = self._text
+        if text is None:
+            return
+        self._close_part(text, events)
+        item = text.item
+        # A cut-off answer leaves its message incomplete (the reasoning before it is complete).
+        item["status"] = status if item["type"] == "message" else "completed"
+        self._text = None
+        events.append(
+            {
+                "type": ev.OUTPUT_ITEM_DONE,
+                "output_index": text.index,
+                "item": {**item, "content": [dict(part) for part in item["content"]]},
+            }
+        )
+
+    # ------------------------------------------------------------------ tool calls
+
+    def _call_delta(self, delta: JsonObject, events: list[JsonObject]) -> None:
+        call = self._call_for(delta, events)
+        if call is None:
+            return
+        function = delta.get("function")
+        if not isinstance(function, dict):
+            return
+        name = function.get("name")
+        if isinstance(name, str) and name and name != call.item["name"]:
+            # Sent once by most servers; a few repeat it, fewer still split it.
+            if not name.startswith(call.item["name"]):
+                name = call.item["name"] + name
+            call.item["name"] = name
+        arguments = function.get("arguments")
+        if arguments is None or arguments == "":
+            return
+        fragment = arguments if isinstance(arguments, str) else arguments_text(arguments)
+        call.arguments.append(fragment)
+        events.append(
+            {
+                "type": ev.FUNCTION_CALL_ARGUMENTS_DELTA,
+                "item_id": call.item["id"],
+                "output_index": call.index,
+                "delta": fragment,
+            }
+        )
+
+    def _call_for(self, delta: JsonObject, events: list[JsonObject]) -> _Call | None:
+        """The call a delta continues, or a new one.
+
+        Keyed by ``index``; without one (some Ollama versions), a new ``id`` starts a call and
+        no ``id`` continues the last. A new ``id`` at a known index is a new call as well (some
+        servers number every call 0).
+        """
+        raw_index = delta.get("index")
+        index = (
+            raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
+        )
+        upstream_id = delta.get("id")
+        upstream_id = upstream_id if isinstance(upstream_id, str) and upstream_id else None
+        call = self._calls.get(index) if index is not None else self._last_call
+        if call is not None and upstream_id and call.upstream_id not in (None, upstream_id):
+            call = None
+        if call is None:
+            call = self._open_call(delta, upstream_id, events)
+            if index is not None:
+                self._calls[index] = call
+        elif not call.is_open:
+            logger.debug("chat upstream: dropped a delta for tool call %r, already closed", index)
+            return None
+        elif upstream_id and call.upstream_id is None:
+            call.upstream_id = upstream_id
+        return call
+
+    def _open_call(
+        self, delta: JsonObject, upstream_id: str | None, events: list[JsonObject]
+    ) -> _Call:
+        self._close_text(events, "completed")
+        function = delta.get("function")
+        name = function.get("name") if isinstance(function, dict) else None
+        item = function_call_item(
+            new_id("fc"),
+            upstream_id or new_id("call"),
+            name if isinstance(name, str) else "",
+            "",
+            "in_progress",
+        )
+        call = _Call(len(self._output), item, upstream_id)
+        self._output.append(item)
+        self._open_calls.append(call)
+        self._last_call = call
+        events.append(
+            {"type": ev.OUTPUT_ITEM_ADDED, "output_index": call.index, "item": dict(item)}
+        )
+        return call
+
+    def _close_calls(self, events: list[JsonObject]) -> None:
+        for call in self._open_calls:
+            item = call.item
+            item["arguments"] = "".join(call.arguments) or "{}"
+            item["status"] = "completed"
+            call.is_open = False
+            events.append(
+                {
+                    "type": ev.FUNCTION_CALL_ARGUMENTS_DONE,
+                    "item_id": item["id"],
+                    "output_index": call.index,
+                    "name": item["name"],
+                    "arguments": item["arguments"],
+                }
+            )
+            events.append(
+                {"type": ev.OUTPUT_ITEM_DONE, "output_index": call.index, "item": dict(item)}
+            )
+        self._open_calls = []
+
+    # ------------------------------------------------------------------ response
+
+    def _response(self, status: str, incomplete: JsonObject | None) -> JsonObject:
+        return response_object(
+            response_id=self._response_id,
+            created_at=self._created_at,
+            status=status,
+            model=self._model,
+            output=[dict(item) for item in self._output] if status != "in_progress" else [],
+            usage=usage_of(self._usage),
+            incomplete_details=incomplete,
+        )
+
+
+def _part(kind: str, value: str) -> JsonObject:
+    if kind == "output_text":
+        return output_text_part(value)
+    if kind == "refusal":
+        return refusal_part(value)
+    return {"type": "reasoning_text", "text": value}
