@@ -21,6 +21,7 @@ def _serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=args.port,
             upstream_url=args.upstream_url,
+            upstream_kind=args.upstream_kind,
             upstream_api_key=args.upstream_api_key,
             data_dir=args.data_dir,
             database_url=args.database_url,
@@ -120,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address (default 0.0.0.0)")
     serve.add_argument("--port", type=int, help="port (default 9000)")
     serve.add_argument("--upstream-url", help="base URL of the inference server")
+    serve.add_argument(
+        "--upstream-kind",
+        choices=("responses", "chat"),
+        help="responses: the server has /v1/responses (default); chat: only /v1/chat/completions",
+    )
     serve.add_argument("--upstream-api-key", help="API key sent upstream when the client sent none")
     serve.add_argument("--data-dir", type=Path, help="where the gateway writes (default ./data)")
     serve.add_argument("--database-url", help=DATABASE_URL_HELP)

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import __version__
 from app.api.errors import install_error_handlers
-from app.api.routes import conversations, files, health, models, responses, vector_stores
+from app.api.routes import chat, conversations, files, health, models, responses, vector_stores
 from app.api.state import GatewayState
 from app.core.files import FilesService
 from app.core.loop import LoopLimits
@@ -35,7 +35,10 @@ from app.tools.mcp_client import McpSessionPool
 from app.tools.registry import GatewayToolKit
 from app.tools.search_providers import SearchLimits, create_search_provider
 from app.tools.web_search import WebSearchToolProvider
+from app.upstream.chat import ChatUpstream
+from app.upstream.chat_request import ChatOptions
 from app.upstream.responses import ResponsesUpstream
+from app.upstream.router import UpstreamRoute, UpstreamRouter
 
 logger = logging.getLogger(__name__)
 
@@ -56,14 +59,43 @@ async def wait_for_upstream(upstream: Upstream, seconds: float, url: str) -> Non
     logger.info("upstream %s is ready", url)
 
 
-def build_upstream(settings: Settings) -> ResponsesUpstream:
-    return ResponsesUpstream(
-        settings.upstream_url,
-        api_key=settings.upstream_api_key,
-        connect_timeout=settings.upstream_connect_timeout,
-        read_timeout=settings.upstream_read_timeout,
-        max_connections=settings.upstream_max_connections,
-    )
+def build_upstream(settings: Settings) -> UpstreamRouter:
+    """Every configured upstream behind one router (the default upstream first)."""
+    routes = []
+    for config in settings.resolved_upstreams():
+        api_key = config.resolved_api_key(os.environ)
+        upstream: Upstream
+        if config.kind == "chat":
+            upstream = ChatUpstream(
+                config.url,
+                options=ChatOptions(
+                    reasoning_history=config.reasoning_history,
+                    send_reasoning_effort=config.send_reasoning_effort,
+                    stream_usage=config.stream_usage,
+                ),
+                api_key=api_key,
+                connect_timeout=config.connect_timeout,
+                read_timeout=config.read_timeout,
+                max_connections=config.max_connections,
+            )
+        else:
+            upstream = ResponsesUpstream(
+                config.url,
+                api_key=api_key,
+                connect_timeout=config.connect_timeout,
+                read_timeout=config.read_timeout,
+                max_connections=config.max_connections,
+            )
+        routes.append(
+            UpstreamRoute(
+                name=config.name,
+                upstream=upstream,
+                url=config.url,
+                models=tuple(config.models),
+                model_map=dict(config.model_map),
+            )
+        )
+    return UpstreamRouter(routes)
 
 
 async def build_store(settings: Settings) -> SqlResponseStore:
@@ -143,7 +175,8 @@ async def build_file_search(
     engine = create_engine_for(url)
     stack.push_async_callback(engine.dispose)
     if embedder is None:
-        embedder = build_embedder(settings, settings.upstream_url, settings.upstream_api_key)
+        default = settings.resolved_upstreams()[0]
+        embedder = build_embedder(settings, default.url, default.resolved_api_key(os.environ))
         closer = getattr(embedder, "aclose", None)
         if closer is not None:
             stack.push_async_callback(closer)
@@ -195,7 +228,8 @@ def create_app(
             active = upstream if upstream is not None else build_upstream(settings)
             stack.push_async_callback(active.aclose)
             if settings.wait_for_upstream > 0:
-                await wait_for_upstream(active, settings.wait_for_upstream, settings.upstream_url)
+                urls = ", ".join(u.url for u in settings.resolved_upstreams())
+                await wait_for_upstream(active, settings.wait_for_upstream, urls)
             files_service, vector_stores_service = await build_file_search(
                 settings, stack, embedder
             )
@@ -226,6 +260,7 @@ def create_app(
     )
     install_error_handlers(app)
     app.router.routes.extend(responses.HOT_ROUTES)
+    app.router.routes.extend(chat.ROUTES)
     app.include_router(responses.router)
     app.include_router(conversations.router)
     app.include_router(files.router)

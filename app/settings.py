@@ -109,6 +109,61 @@ class McpSettings(BaseModel):
         return self
 
 
+UpstreamKind = Literal["responses", "chat"]
+
+
+class UpstreamConfig(BaseModel):
+    """One inference server (``[[upstreams]]``), and which requests it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    url: str
+    # "responses": the server has /v1/responses (vLLM, SGLang, OpenAI); "chat": only
+    # /v1/chat/completions (Ollama, llama.cpp, TGI, ...), translated by the gateway.
+    kind: UpstreamKind = "responses"
+    api_key: str | None = None
+    # The name of an environment variable holding the API key (keeps secrets out of the file).
+    api_key_env: str | None = None
+    connect_timeout: float = Field(default=10.0, gt=0)
+    read_timeout: float = Field(default=600.0, gt=0)
+    max_connections: int = Field(default=256, ge=1)
+    # Models routed here: exact names, or glob patterns with * ? [...] ("qwen3:*").
+    models: list[str] = Field(default_factory=list)
+    # Model-name rewrite: the name clients use -> the name sent upstream. Keys route here too.
+    model_map: dict[str, str] = Field(default_factory=dict)
+    # Requests whose model no upstream claims go to the default upstream (the first one
+    # listed when none is marked).
+    default: bool = False
+    # kind "chat" only: prior reasoning items are dropped, or sent on the next assistant
+    # message under this field ("reasoning_content": vLLM, DeepSeek; "reasoning": newer vLLM,
+    # Ollama);
+    reasoning_history: Literal["drop", "reasoning_content", "reasoning"] = "drop"
+    # send reasoning.effort as reasoning_effort (turn off for servers that reject it);
+    send_reasoning_effort: bool = True
+    # ask for usage in streams (stream_options.include_usage; off for servers that reject it).
+    stream_usage: bool = True
+
+    @field_validator("url")
+    @classmethod
+    def _strip_url(cls, value: str) -> str:
+        return strip_base_url(value)
+
+    def resolved_api_key(self, environ: Mapping[str, str]) -> str | None:
+        """``api_key``, else the environment variable ``api_key_env`` names.
+
+        Raises ValueError naming the variable when it is not set.
+        """
+        if self.api_key is not None or self.api_key_env is None:
+            return self.api_key
+        value = environ.get(self.api_key_env)
+        if value is None:
+            raise ValueError(
+                f"upstream {self.name!r}: api_key_env names {self.api_key_env}, which is not set"
+            )
+        return value
+
+
 class Settings(BaseSettings):
     """Every key here is documented, with its default, in config/respgate.example.toml."""
 
@@ -124,11 +179,14 @@ class Settings(BaseSettings):
     # Default: None, meaning the SQLite file respgate.db in data_dir (see resolved_database_url).
     database_url: str | None = None
 
+    # One upstream: these keys. Several: [[upstreams]] instead (see UpstreamConfig).
     upstream_url: str = "http://127.0.0.1:8000"
+    upstream_kind: UpstreamKind = "responses"
     upstream_api_key: str | None = None
     upstream_connect_timeout: float = Field(default=10.0, gt=0)
     upstream_read_timeout: float = Field(default=600.0, gt=0)
     upstream_max_connections: int = Field(default=256, ge=1)
+    upstreams: list[UpstreamConfig] = Field(default_factory=list)
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
     # Size limit of one file uploaded to /v1/files (OpenAI's is 512 MB).
@@ -175,13 +233,48 @@ class Settings(BaseSettings):
             raise ValueError(f"web_search_provider '{provider}' needs web_search_api_key")
         return self
 
+    @model_validator(mode="after")
+    def _upstreams_are_consistent(self) -> Self:
+        if not self.upstreams:
+            return self
+        single = sorted(self.model_fields_set & _SINGLE_UPSTREAM_KEYS)
+        if single:
+            raise ValueError(
+                f"set either [[upstreams]] or the single-upstream keys, not both ({single[0]} "
+                "is set too)"
+            )
+        names = [upstream.name for upstream in self.upstreams]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise ValueError(f"upstream name {repeated[0]!r} is used more than once")
+        defaults = [upstream.name for upstream in self.upstreams if upstream.default]
+        if len(defaults) > 1:
+            raise ValueError(f"only one upstream can be the default ({', '.join(defaults)})")
+        return self
+
     @field_validator("upstream_url")
     @classmethod
     def _strip_url(cls, value: str) -> str:
-        value = value.rstrip("/")
-        if value.endswith("/v1"):
-            value = value[: -len("/v1")]
-        return value
+        return strip_base_url(value)
+
+    def resolved_upstreams(self) -> list[UpstreamConfig]:
+        """The configured upstreams, the default one first; the single-upstream keys make one
+        upstream named "default"."""
+        if not self.upstreams:
+            return [
+                UpstreamConfig(
+                    name="default",
+                    url=self.upstream_url,
+                    kind=self.upstream_kind,
+                    api_key=self.upstream_api_key,
+                    connect_timeout=self.upstream_connect_timeout,
+                    read_timeout=self.upstream_read_timeout,
+                    max_connections=self.upstream_max_connections,
+                    default=True,
+                )
+            ]
+        default = next((u for u in self.upstreams if u.default), self.upstreams[0])
+        return [default, *(u for u in self.upstreams if u is not default)]
 
     def resolved_database_url(self) -> str:
         """The async SQLAlchemy URL of the store.
@@ -212,6 +305,26 @@ class Settings(BaseSettings):
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
         return tuple(sources)
+
+
+_SINGLE_UPSTREAM_KEYS = frozenset(
+    {
+        "upstream_url",
+        "upstream_kind",
+        "upstream_api_key",
+        "upstream_connect_timeout",
+        "upstream_read_timeout",
+        "upstream_max_connections",
+    }
+)
+
+
+def strip_base_url(value: str) -> str:
+    """A server's base URL without a trailing slash or ``/v1`` (both are common in configs)."""
+    value = value.rstrip("/")
+    if value.endswith("/v1"):
+        value = value[: -len("/v1")]
+    return value
 
 
 _ASYNC_DRIVERS = {

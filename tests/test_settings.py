@@ -223,3 +223,107 @@ def test_web_search_provider_needs_its_url_or_key() -> None:
     assert Settings(
         web_search_provider="searxng", web_search_base_url="http://s"
     ).web_search_provider
+
+
+# ---------------------------------------------------------------------------- upstreams
+
+
+def test_single_upstream_kind_from_env_and_flag(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RESPGATE_UPSTREAM_KIND", "chat")
+    monkeypatch.setenv("RESPGATE_UPSTREAM_URL", "http://ollama:11434/v1")
+    settings = load_settings()
+    (only,) = settings.resolved_upstreams()
+    assert (only.name, only.kind, only.url, only.default) == (
+        "default",
+        "chat",
+        "http://ollama:11434",
+        True,
+    )
+    assert load_settings(upstream_kind="responses").upstream_kind == "responses"
+    monkeypatch.setenv("RESPGATE_UPSTREAM_KIND", "messages")
+    with pytest.raises(ValidationError, match="upstream_kind"):
+        load_settings()
+
+
+def test_cli_passes_upstream_kind(monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["serve", "--upstream-url", "http://127.0.0.1:11434", "--upstream-kind", "chat"]
+    )
+    assert (args.upstream_url, args.upstream_kind) == ("http://127.0.0.1:11434", "chat")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--upstream-kind", "anthropic"])
+
+
+def test_named_upstreams_from_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "respgate.toml"
+    config.write_text(
+        textwrap.dedent(
+            """
+            [[upstreams]]
+            name = "vllm"
+            url = "http://vllm:8000/v1/"
+            models = ["Qwen/*"]
+
+            [[upstreams]]
+            name = "ollama"
+            url = "http://ollama:11434"
+            kind = "chat"
+            api_key_env = "OLLAMA_KEY"
+            read_timeout = 30
+            models = ["llama3.2", "qwen3:*"]
+            model_map = { small = "qwen3:0.6b" }
+            default = true
+            reasoning_history = "reasoning"
+            stream_usage = false
+            """
+        )
+    )
+    settings = load_settings(config)
+    default, other = settings.resolved_upstreams()
+    assert (default.name, default.kind, default.read_timeout) == ("ollama", "chat", 30)
+    assert default.model_map == {"small": "qwen3:0.6b"}
+    assert (default.reasoning_history, default.stream_usage) == ("reasoning", False)
+    assert (other.name, other.url, other.kind) == ("vllm", "http://vllm:8000", "responses")
+    with pytest.raises(ValueError, match="OLLAMA_KEY"):
+        default.resolved_api_key({})
+    assert default.resolved_api_key({"OLLAMA_KEY": "k"}) == "k"
+    assert other.resolved_api_key({}) is None
+
+
+def test_first_upstream_is_the_default_when_none_is_marked() -> None:
+    settings = Settings(
+        upstreams=[{"name": "a", "url": "http://a"}, {"name": "b", "url": "http://b"}]
+    )
+    assert [u.name for u in settings.resolved_upstreams()] == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"upstreams": [{"name": "a", "url": "http://a"}], "upstream_url": "http://x"},
+            "not both",
+        ),
+        (
+            {"upstreams": [{"name": "a", "url": "http://a"}, {"name": "a", "url": "http://b"}]},
+            "more than once",
+        ),
+        (
+            {
+                "upstreams": [
+                    {"name": "a", "url": "http://a", "default": True},
+                    {"name": "b", "url": "http://b", "default": True},
+                ]
+            },
+            "only one upstream can be the default",
+        ),
+        ({"upstreams": [{"name": "a b", "url": "http://a"}]}, "name"),
+        ({"upstreams": [{"name": "a", "url": "http://a", "kind": "grpc"}]}, "kind"),
+        ({"upstreams": [{"name": "a", "url": "http://a", "typo": 1}]}, "typo"),
+    ],
+)
+def test_invalid_upstreams_are_rejected(values: dict[str, object], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        Settings(**values)  # type: ignore[arg-type]

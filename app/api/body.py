@@ -16,6 +16,22 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
+    raw = await read_body(request, limit)
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(
+            "We could not parse the JSON body of your request. The API expects a JSON "
+            f"payload ({exc}).",
+            code="invalid_json",
+        ) from exc
+    if not isinstance(data, dict):
+        raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    return data
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, or a 413 as soon as it is known to exceed ``limit`` bytes."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise _too_large(limit)
@@ -32,17 +48,7 @@ async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
         raw = b"".join(chunks)
     if len(raw) > limit:
         raise _too_large(limit)
-    try:
-        data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(
-            "We could not parse the JSON body of your request. The API expects a JSON "
-            f"payload ({exc}).",
-            code="invalid_json",
-        ) from exc
-    if not isinstance(data, dict):
-        raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
-    return data
+    return raw
 
 
 def validate(model: type[ModelT], data: dict[str, Any]) -> ModelT:

@@ -1,4 +1,4 @@
-"""``GET /health`` (the process is alive) and ``GET /ready`` (the upstream answers)."""
+"""``GET /health`` (the process is alive) and ``GET /ready`` (the upstreams answer)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.api.state import gateway_state
+from app.core.ports import UpstreamReadiness
 from app.errors import NotReadyError
 
 router = APIRouter()
@@ -19,6 +20,23 @@ async def health() -> JSONResponse:
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
     state = gateway_state(request)
-    if not await state.upstream.check_ready():
-        raise NotReadyError(f"the upstream at {state.settings.upstream_url} is not answering")
-    return JSONResponse({"status": "ready", "upstream": state.settings.upstream_url})
+    upstream = state.upstream
+    configs = state.settings.resolved_upstreams()
+    if isinstance(upstream, UpstreamReadiness):
+        answers = await upstream.readiness()
+    else:
+        answers = {configs[0].name: await upstream.check_ready()}
+    urls = {config.name: config.url for config in configs}
+    down = [name for name, ok in answers.items() if not ok]
+    if down:
+        named = ", ".join(f"{name} ({urls.get(name, '?')})" for name in down)
+        if len(configs) == 1:
+            raise NotReadyError(f"the upstream at {configs[0].url} is not answering")
+        raise NotReadyError(f"upstreams not answering: {named}")
+    return JSONResponse(
+        {
+            "status": "ready",
+            "upstream": configs[0].url,
+            "upstreams": {name: "ready" for name in answers},
+        }
+    )

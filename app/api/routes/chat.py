@@ -1,0 +1,39 @@
+"""``POST /v1/chat/completions``: forwarded to the upstream serving the model, unchanged, so one
+gateway URL serves both APIs. The answer (JSON, SSE or an error) streams back as it comes."""
+
+from __future__ import annotations
+
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from app.api.body import read_body
+from app.api.routes.responses import client_headers
+from app.api.state import gateway_state
+from app.core.ports import ChatCompletionsForwarder
+from app.errors import NotFoundError
+
+
+async def chat_completions(request: Request) -> Response:
+    state = gateway_state(request)
+    body = await read_body(request, state.settings.max_body_bytes)
+    upstream = state.upstream
+    if not isinstance(upstream, ChatCompletionsForwarder):
+        raise NotFoundError(
+            "This gateway's upstream does not take chat completions.", code="unsupported_endpoint"
+        )
+    reply = await upstream.forward_chat_completions(body, client_headers(request))
+    headers = {"content-type": reply.content_type}
+    if reply.content_type.startswith("text/event-stream"):
+        headers["cache-control"] = "no-cache"
+        headers["x-accel-buffering"] = "no"
+    return StreamingResponse(
+        reply.chunks,
+        status_code=reply.status_code,
+        headers=headers,
+        background=BackgroundTask(reply.close),
+    )
+
+
+ROUTES = [Route("/v1/chat/completions", chat_completions, methods=["POST"])]

@@ -1,0 +1,180 @@
+"""Several upstreams behind one ``core.ports.Upstream``, chosen by the request's ``model``.
+
+Exact names (``models`` entries without wildcards and ``model_map`` keys) are looked up first,
+then glob patterns in configuration order, then the default upstream. ``model_map`` rewrites the
+name sent upstream. ``GET /v1/models`` lists the union of every upstream's models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from app.core.ports import (
+    ChatCompletionsForwarder,
+    JsonObject,
+    RawReply,
+    RawStream,
+    Upstream,
+    UpstreamEventStream,
+)
+from app.errors import InvalidRequestError, NotFoundError, UpstreamError
+
+logger = logging.getLogger(__name__)
+
+_WILDCARDS = re.compile(r"[*?\[]")
+
+
+@dataclass(slots=True)
+class UpstreamRoute:
+    """One upstream and the models it serves."""
+
+    name: str
+    upstream: Upstream
+    url: str
+    models: Sequence[str] = ()
+    model_map: Mapping[str, str] = field(default_factory=dict)
+
+
+class UpstreamRouter:
+    """``core.ports.Upstream`` over named upstreams; the first route is the default."""
+
+    def __init__(self, routes: Sequence[UpstreamRoute]) -> None:
+        if not routes:
+            raise ValueError("at least one upstream is needed")
+        self.routes = list(routes)
+        self.default = self.routes[0]
+        self._exact: dict[str, UpstreamRoute] = {}
+        self._patterns: list[tuple[re.Pattern[str], UpstreamRoute]] = []
+        for route in self.routes:
+            for name in (*route.model_map, *route.models):
+                if _WILDCARDS.search(name):
+                    self._patterns.append((re.compile(fnmatch.translate(name)), route))
+                else:
+                    self._exact.setdefault(name, route)
+
+    def route_for(self, model: Any) -> UpstreamRoute:
+        if isinstance(model, str):
+            route = self._exact.get(model)
+            if route is not None:
+                return route
+            for pattern, candidate in self._patterns:
+                if pattern.match(model):
+                    return candidate
+        return self.default
+
+    def _routed(self, body: JsonObject) -> tuple[Upstream, JsonObject]:
+        model = body.get("model")
+        route = self.route_for(model)
+        if isinstance(model, str):
+            target = route.model_map.get(model)
+            if target is not None:
+                body = {**body, "model": target}
+        return route.upstream, body
+
+    async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+        upstream, routed = self._routed(body)
+        return await upstream.create_response(routed, headers)
+
+    async def stream_response(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> UpstreamEventStream:
+        upstream, routed = self._routed(body)
+        return await upstream.stream_response(routed, headers)
+
+    async def forward_chat_completions(self, body: bytes, headers: Mapping[str, str]) -> RawStream:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(
+                "We could not parse the JSON body of your request. The API expects a JSON "
+                f"payload ({exc}).",
+                code="invalid_json",
+            ) from exc
+        if not isinstance(data, dict):
+            raise InvalidRequestError(
+                "The request body must be a JSON object.", code="invalid_json"
+            )
+        upstream, routed = self._routed(data)
+        if not isinstance(upstream, ChatCompletionsForwarder):
+            raise NotFoundError(
+                "The upstream serving this model does not take chat completions.",
+                code="unsupported_endpoint",
+            )
+        if routed is not data:
+            body = orjson.dumps(routed)
+        return await upstream.forward_chat_completions(body, headers)
+
+    async def list_models(self, headers: Mapping[str, str]) -> RawReply:
+        """One upstream: its answer as it came. Several: the union of their lists (first
+        listing wins for a repeated id), plus the names ``model_map`` gives clients; an
+        upstream that fails is left out, unless all fail."""
+        if len(self.routes) == 1 and not self.default.model_map:
+            return await self.default.upstream.list_models(headers)
+        replies = await asyncio.gather(
+            *(route.upstream.list_models(headers) for route in self.routes),
+            return_exceptions=True,
+        )
+        models: dict[str, JsonObject] = {}
+        failures: list[BaseException | RawReply] = []
+        for route, reply in zip(self.routes, replies, strict=True):
+            listed = _listed_models(reply)
+            if listed is None:
+                logger.warning("upstream %s: model list unavailable: %s", route.name, reply)
+                failures.append(reply)
+                continue
+            for entry in listed:
+                models.setdefault(str(entry["id"]), entry)
+        if len(failures) == len(self.routes):
+            first = failures[0]
+            if isinstance(first, RawReply):
+                return first
+            if isinstance(first, UpstreamError):
+                raise first
+            raise UpstreamError(f"no upstream listed its models: {first!r}")
+        created = int(time.time())
+        for route in self.routes:
+            for alias in route.model_map:
+                models.setdefault(
+                    alias,
+                    {"id": alias, "object": "model", "created": created, "owned_by": route.name},
+                )
+        body = {"object": "list", "data": list(models.values())}
+        return RawReply(200, "application/json", orjson.dumps(body))
+
+    async def check_ready(self) -> bool:
+        """Ready when every upstream answers (a request may be routed to any of them)."""
+        answers = await asyncio.gather(*(route.upstream.check_ready() for route in self.routes))
+        return all(answers)
+
+    async def readiness(self) -> dict[str, bool]:
+        answers = await asyncio.gather(*(route.upstream.check_ready() for route in self.routes))
+        return {route.name: ready for route, ready in zip(self.routes, answers, strict=True)}
+
+    async def aclose(self) -> None:
+        for route in self.routes:
+            try:
+                await route.upstream.aclose()
+            except Exception:
+                logger.exception("closing upstream %s failed", route.name)
+
+
+def _listed_models(reply: RawReply | BaseException) -> list[JsonObject] | None:
+    if not isinstance(reply, RawReply) or reply.status_code >= 400:
+        return None
+    try:
+        data = orjson.loads(reply.body)
+    except orjson.JSONDecodeError:
+        return None
+    entries = data.get("data") if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        return None
+    return [e for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]
