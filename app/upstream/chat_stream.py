@@ -7,7 +7,9 @@ upstream exactly as it folds a Responses upstream. Plain dicts throughout: this 
 
 Item order follows the chat deltas: reasoning, then text, then tool calls; a kind of delta
 different from the open item's closes it first. Tool calls are keyed by ``index`` and stay open
-until the end of the stream (parallel calls may interleave), or until text follows them.
+until the end of the stream (parallel calls may interleave), until text follows them, or until a
+later call opens once their arguments are a whole JSON object (no fragment can extend one): calls
+streamed one after the other are then closed one after the other, as a Responses server does.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
+
+import orjson
 
 from app.core.ids import new_id
 from app.errors import UpstreamProtocolError
@@ -217,7 +221,8 @@ class ChatStreamTranslator:
             {
                 "type": ev.OUTPUT_ITEM_ADDED,
                 "output_index": text.index,
-                "item": {**item, "content": []},
+                # A reasoning item opens with no content (null), as vLLM's does.
+                "item": {**item, "content": None if item_type == "reasoning" else []},
             }
         )
         return text
@@ -333,6 +338,7 @@ class ChatStreamTranslator:
         self, delta: JsonObject, upstream_id: str | None, events: list[JsonObject]
     ) -> _Call:
         self._close_text(events, "completed")
+        self._close_finished_calls(events)
         function = delta.get("function")
         name = function.get("name") if isinstance(function, dict) else None
         item = function_call_item(
@@ -350,6 +356,21 @@ class ChatStreamTranslator:
             {"type": ev.OUTPUT_ITEM_ADDED, "output_index": call.index, "item": dict(item)}
         )
         return call
+
+    def _close_finished_calls(self, events: list[JsonObject]) -> None:
+        """Close the open calls, in order, whose arguments are a whole JSON object; the first
+        one still waiting for fragments (an interleaving server) keeps itself and the later ones
+        open."""
+        finished = 0
+        for call in self._open_calls:
+            if not _is_whole_object(call.arguments):
+                break
+            finished += 1
+        if finished:
+            still_open = self._open_calls[finished:]
+            self._open_calls = self._open_calls[:finished]
+            self._close_calls(events)
+            self._open_calls = still_open
 
     def _close_calls(self, events: list[JsonObject]) -> None:
         for call in self._open_calls:
@@ -383,6 +404,13 @@ class ChatStreamTranslator:
             usage=usage_of(self._usage),
             incomplete_details=incomplete,
         )
+
+
+def _is_whole_object(fragments: list[str]) -> bool:
+    try:
+        return isinstance(orjson.loads("".join(fragments)), dict)
+    except orjson.JSONDecodeError:
+        return False
 
 
 def _part(kind: str, value: str) -> JsonObject:

@@ -290,7 +290,7 @@ def test_reasoning_content_then_content() -> None:
         {
             "type": "response.output_item.added",
             "output_index": 0,
-            "item": {**rs_done, "content": [], "status": "in_progress"},
+            "item": {**rs_done, "content": None, "status": "in_progress"},
         },
         {"type": "response.content_part.added", **rs_address, "part": rs_part},
         {"type": "response.reasoning_text.delta", **rs_address, "delta": "Let me "},
