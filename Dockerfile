@@ -4,6 +4,7 @@
 #
 #   docker build -t respgate .
 #   docker run --rm -p 9000:9000 -e RESPGATE_UPSTREAM_URL=http://host.docker.internal:8000 respgate
+#   (Ollama or another chat-completions-only server: add -e RESPGATE_UPSTREAM_KIND=chat)
 #
 # Two stages: the builder installs the package and its runtime dependencies (no dev extras) into
 # a virtualenv; the final image is python:3.11-slim plus that virtualenv, run as a non-root user.
