@@ -301,3 +301,56 @@ async def test_models_union_survives_one_failing_upstream() -> None:
         ]
     )
     assert (await only_down.list_models({})).status_code == 502
+
+
+# ---------------------------------------------------------------------------- disconnects
+
+
+def endless_chat_upstream(log: UpstreamLog) -> Starlette:
+    """A chat server that streams one chunk every 20 ms for 10 s unless the client leaves."""
+
+    async def chat(request: Request) -> Response:
+        log.requests.append(
+            RecordedRequest(request.method, request.url.path, {}, await request.body())
+        )
+
+        async def chunks() -> AsyncIterator[bytes]:
+            try:
+                yield CHAT_STREAM[0]
+                for _ in range(500):
+                    if await request.is_disconnected():
+                        log.disconnected.set()
+                        return
+                    yield CHAT_STREAM[1]
+                    await asyncio.sleep(0.02)
+                log.finished.set()
+            except BaseException:  # CancelledError or GeneratorExit: the gateway went away
+                log.disconnected.set()
+                raise
+
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+
+    return Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+def test_client_leaving_mid_stream_stops_the_chat_upstream(path: str) -> None:
+    """Passthrough and translated streams alike: the upstream sees the gateway go away."""
+    log = UpstreamLog()
+    with serve_in_thread(endless_chat_upstream(log)) as upstream:
+        app = create_app(Settings(upstream_url=upstream, upstream_kind="chat"))
+        with serve_in_thread(app) as gateway:
+            body: JsonObject = {"model": "m", "stream": True}
+            body |= {"input": "hi"} if path == "/v1/responses" else {"messages": []}
+            with (
+                httpx.Client(timeout=30) as client,
+                client.stream("POST", f"{gateway}{path}", json=body) as reply,
+            ):
+                assert reply.status_code == 200
+                deltas = 0
+                for line in reply.iter_lines():
+                    deltas += '"Hi"' in line
+                    if deltas >= 3:
+                        break
+            assert log.disconnected.wait(5), "the upstream never saw the gateway go away"
+            assert not log.finished.is_set()
