@@ -247,14 +247,18 @@ def error_object_envelope(data: JsonObject, status: int) -> JsonObject | None:
     """``data`` as OpenAI's error envelope when it describes an error, else None."""
     error = data.get("error")
     if isinstance(error, dict):
-        if all(key in error for key in ("message", "type", "param", "code")):
+        code = error.get("code")
+        if all(key in error for key in ("message", "type", "param", "code")) and (
+            code is None or isinstance(code, str)
+        ):
             return data
         filled = {
             "message": f"upstream returned HTTP {status}",
             "type": "upstream_error",
             "param": None,
-            "code": None,
             **error,
+            # OpenAI's ``code`` is a string or null; llama.cpp puts the HTTP status there.
+            "code": None if code is None else str(code),
         }
         return {**data, "error": filled}
     message = data.get("message")

@@ -719,7 +719,7 @@ def test_finish_reasons_that_complete(reason: str | None) -> None:
     [
         (
             {"error": {"message": "model not loaded", "type": "server_error", "code": 503}},
-            {"message": "model not loaded", "type": "server_error", "param": None, "code": 503},
+            {"message": "model not loaded", "type": "server_error", "param": None, "code": "503"},
         ),
         (
             {"object": "error", "message": "bad", "type": "BadRequestError", "code": 400},
