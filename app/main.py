@@ -37,6 +37,7 @@ from app.tools.search_providers import SearchLimits, create_search_provider
 from app.tools.web_search import WebSearchToolProvider
 from app.upstream.chat import ChatUpstream
 from app.upstream.chat_request import ChatOptions
+from app.upstream.http import HttpOptions
 from app.upstream.responses import ResponsesUpstream
 from app.upstream.router import UpstreamRoute, UpstreamRouter
 
@@ -63,29 +64,22 @@ def build_upstream(settings: Settings) -> UpstreamRouter:
     """Every configured upstream behind one router (the default upstream first)."""
     routes = []
     for config in settings.resolved_upstreams():
-        api_key = config.resolved_api_key(os.environ)
+        http: HttpOptions = {
+            "api_key": config.resolved_api_key(os.environ),
+            "connect_timeout": config.connect_timeout,
+            "read_timeout": config.read_timeout,
+            "max_connections": config.max_connections,
+        }
         upstream: Upstream
         if config.kind == "chat":
-            upstream = ChatUpstream(
-                config.url,
-                options=ChatOptions(
-                    reasoning_history=config.reasoning_history,
-                    send_reasoning_effort=config.send_reasoning_effort,
-                    stream_usage=config.stream_usage,
-                ),
-                api_key=api_key,
-                connect_timeout=config.connect_timeout,
-                read_timeout=config.read_timeout,
-                max_connections=config.max_connections,
+            options = ChatOptions(
+                reasoning_history=config.reasoning_history,
+                send_reasoning_effort=config.send_reasoning_effort,
+                stream_usage=config.stream_usage,
             )
+            upstream = ChatUpstream(config.url, options=options, **http)
         else:
-            upstream = ResponsesUpstream(
-                config.url,
-                api_key=api_key,
-                connect_timeout=config.connect_timeout,
-                read_timeout=config.read_timeout,
-                max_connections=config.max_connections,
-            )
+            upstream = ResponsesUpstream(config.url, **http)
         routes.append(
             UpstreamRoute(
                 name=config.name,

@@ -16,7 +16,11 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    raw = await read_body(request, limit)
+    return parse_json_object(await read_body(request, limit))
+
+
+def parse_json_object(raw: bytes) -> dict[str, Any]:
+    """``raw`` as a JSON object, or the 400 OpenAI answers for a body that is not one."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:

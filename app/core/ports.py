@@ -31,10 +31,11 @@ class RawStream:
 
 @runtime_checkable
 class ChatCompletionsForwarder(Protocol):
-    """An upstream that takes ``POST /v1/chat/completions`` bodies unchanged."""
+    """An upstream that takes ``POST /v1/chat/completions`` bodies unchanged: ``body`` as the
+    client sent it, ``parsed`` its JSON."""
 
     async def forward_chat_completions(
-        self, body: bytes, headers: Mapping[str, str]
+        self, body: bytes, parsed: JsonObject, headers: Mapping[str, str]
     ) -> RawStream: ...
 
 

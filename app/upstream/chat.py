@@ -9,6 +9,7 @@ The translation itself is pure and lives in ``chat_request`` (request) and ``cha
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import Unpack
 
 import aiohttp
 
@@ -17,7 +18,7 @@ from app.errors import UpstreamError
 from app.protocol.events import STREAM_DONE
 from app.upstream.chat_request import ChatOptions, to_chat_request
 from app.upstream.chat_response import ChatStreamTranslator, to_response
-from app.upstream.http import HttpUpstream, map_transport_error, release
+from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release
 from app.upstream.sse import parse_sse_lines, split_lines
 
 
@@ -25,22 +26,9 @@ class ChatUpstream(HttpUpstream):
     """``core.ports.Upstream`` over a chat-completions server."""
 
     def __init__(
-        self,
-        base_url: str,
-        *,
-        options: ChatOptions | None = None,
-        api_key: str | None = None,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 600.0,
-        max_connections: int = 256,
+        self, base_url: str, *, options: ChatOptions | None = None, **http: Unpack[HttpOptions]
     ) -> None:
-        super().__init__(
-            base_url,
-            api_key=api_key,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_connections=max_connections,
-        )
+        super().__init__(base_url, **http)
         self.options = options or ChatOptions()
         self._chat_url = f"{self.base_url}/v1/chat/completions"
 

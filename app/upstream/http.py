@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import aiohttp
 import orjson
@@ -30,6 +30,15 @@ JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
 
 _PASSED_HEADERS = ("openai-organization", "openai-project", "x-request-id")
+
+
+class HttpOptions(TypedDict, total=False):
+    """How an ``HttpUpstream`` connects (keyword arguments of its constructor)."""
+
+    api_key: str | None
+    connect_timeout: float
+    read_timeout: float
+    max_connections: int
 
 
 class HttpUpstream:
@@ -151,10 +160,12 @@ class HttpUpstream:
                 return False
         return False
 
-    async def forward_chat_completions(self, body: bytes, headers: Mapping[str, str]) -> RawStream:
+    async def forward_chat_completions(
+        self, body: bytes, parsed: JsonObject, headers: Mapping[str, str]
+    ) -> RawStream:
         """``POST /v1/chat/completions`` with the client's body as it came; the answer (JSON,
         SSE or an error) is streamed back unchanged."""
-        stream = bool(_peek_stream_flag(body))
+        stream = parsed.get("stream") is True
         try:
             resp = await self.session.post(
                 f"{self.base_url}/v1/chat/completions",
@@ -169,14 +180,6 @@ class HttpUpstream:
             chunks=_raw_chunks(resp),
             close=_closer(resp),
         )
-
-
-def _peek_stream_flag(body: bytes) -> Any:
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return False
-    return data.get("stream") if isinstance(data, dict) else False
 
 
 async def _raw_chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

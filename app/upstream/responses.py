@@ -3,34 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
+from typing import Unpack
 
 import aiohttp
 
 from app.core.ports import JsonObject, SingleResponseStream
 from app.errors import UpstreamError
-from app.upstream.http import HttpUpstream, map_transport_error, release
+from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release
 from app.upstream.sse import parse_sse_lines, split_lines
 
 
 class ResponsesUpstream(HttpUpstream):
     """``core.ports.Upstream`` for a server with its own ``POST /v1/responses``."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 600.0,
-        max_connections: int = 256,
-    ) -> None:
-        super().__init__(
-            base_url,
-            api_key=api_key,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            max_connections=max_connections,
-        )
+    def __init__(self, base_url: str, **http: Unpack[HttpOptions]) -> None:
+        super().__init__(base_url, **http)
         self._responses_url = f"{self.base_url}/v1/responses"
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:

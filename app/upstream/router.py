@@ -26,7 +26,7 @@ from app.core.ports import (
     Upstream,
     UpstreamEventStream,
 )
-from app.errors import InvalidRequestError, NotFoundError, UpstreamError
+from app.errors import NotFoundError, UpstreamError
 
 logger = logging.getLogger(__name__)
 
@@ -90,28 +90,18 @@ class UpstreamRouter:
         upstream, routed = self._routed(body)
         return await upstream.stream_response(routed, headers)
 
-    async def forward_chat_completions(self, body: bytes, headers: Mapping[str, str]) -> RawStream:
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(
-                "We could not parse the JSON body of your request. The API expects a JSON "
-                f"payload ({exc}).",
-                code="invalid_json",
-            ) from exc
-        if not isinstance(data, dict):
-            raise InvalidRequestError(
-                "The request body must be a JSON object.", code="invalid_json"
-            )
-        upstream, routed = self._routed(data)
+    async def forward_chat_completions(
+        self, body: bytes, parsed: JsonObject, headers: Mapping[str, str]
+    ) -> RawStream:
+        upstream, routed = self._routed(parsed)
         if not isinstance(upstream, ChatCompletionsForwarder):
             raise NotFoundError(
                 "The upstream serving this model does not take chat completions.",
                 code="unsupported_endpoint",
             )
-        if routed is not data:
+        if routed is not parsed:  # the model was renamed
             body = orjson.dumps(routed)
-        return await upstream.forward_chat_completions(body, headers)
+        return await upstream.forward_chat_completions(body, routed, headers)
 
     async def list_models(self, headers: Mapping[str, str]) -> RawReply:
         """One upstream: its answer as it came. Several: the union of their lists (first

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from app.api.body import read_body
+from app.api.body import parse_json_object, read_body
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
@@ -23,7 +23,8 @@ async def chat_completions(request: Request) -> Response:
         raise NotFoundError(
             "This gateway's upstream does not take chat completions.", code="unsupported_endpoint"
         )
-    reply = await upstream.forward_chat_completions(body, client_headers(request))
+    parsed = parse_json_object(body)
+    reply = await upstream.forward_chat_completions(body, parsed, client_headers(request))
     headers = {"content-type": reply.content_type}
     if reply.content_type.startswith("text/event-stream"):
         headers["cache-control"] = "no-cache"
