@@ -8,7 +8,7 @@ The translation itself is pure and lives in ``chat_request`` (request) and ``cha
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Unpack
 
 import aiohttp
@@ -61,7 +61,7 @@ class ChatEventStream:
     async def _events(self) -> AsyncIterator[JsonObject]:
         translator = self._translator
         try:
-            lines = _error_fields_as_data(split_lines(self._resp.content.iter_any()))
+            lines = split_lines(self._resp.content.iter_any())
             async for chunk in parse_sse_lines(lines):
                 if chunk.get("type") == STREAM_DONE:
                     break
@@ -80,14 +80,3 @@ class ChatEventStream:
 
     async def aclose(self) -> None:
         release(self._resp)
-
-
-async def _error_fields_as_data(lines: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
-    """llama.cpp's server reports a failure mid-stream as an ``error: {...}`` field, which SSE
-    parsers ignore; it becomes a ``data: {"error": {...}}`` frame like other servers send."""
-    async for line in lines:
-        if line.startswith(b"error:"):
-            yield b'data: {"error":' + line[6:].strip() + b"}\n"
-            yield b"\n"
-        else:
-            yield line

@@ -35,8 +35,9 @@ async def parse_sse_lines(lines: AsyncIterable[bytes]) -> AsyncIterator[JsonObje
     """Parse SSE lines (each ending in ``\\n``) into JSON events.
 
     A frame's ``event:`` name fills ``type`` when the JSON lacks one; ``data: [DONE]`` ends the
-    stream and is reported as one ``{"type": STREAM_DONE}`` event; comments and ``id:``/``retry:``
-    fields are ignored; multi-line ``data`` is joined.
+    stream and is reported as one ``{"type": STREAM_DONE}`` event; llama.cpp's ``error: {...}``
+    field is read as ``data: {"error": {...}}``; comments and ``id:``/``retry:`` fields are
+    ignored; multi-line ``data`` is joined.
     """
     event_name: str | None = None
     data: list[bytes] = []
@@ -48,6 +49,10 @@ async def parse_sse_lines(lines: AsyncIterable[bytes]) -> AsyncIterator[JsonObje
                 data.append(chunk[1:] if chunk.startswith(b" ") else chunk)
             elif line.startswith(b"event:"):
                 event_name = line[6:].strip().decode()
+            elif line.startswith(b"error:"):
+                # llama.cpp's server reports a failure mid-stream as an ``error: {...}`` field,
+                # which SSE parsers ignore; it becomes the ``{"error": {...}}`` others send.
+                data.append(b'{"error":' + line[6:].strip() + b"}")
             continue
         if data:
             payload = data[0] if len(data) == 1 else b"\n".join(data)

@@ -26,9 +26,15 @@ async def chat_completions(request: Request) -> Response:
     parsed = parse_json_object(body)
     reply = await upstream.forward_chat_completions(body, parsed, client_headers(request))
     headers = {"content-type": reply.content_type}
-    if reply.content_type.startswith("text/event-stream"):
-        headers["cache-control"] = "no-cache"
-        headers["x-accel-buffering"] = "no"
+    if not reply.content_type.startswith("text/event-stream"):
+        # A JSON answer (or error) is small: read whole, it is cheaper than streaming it.
+        try:
+            content = b"".join([chunk async for chunk in reply.chunks])
+        finally:
+            await reply.close()
+        return Response(content, status_code=reply.status_code, headers=headers)
+    headers["cache-control"] = "no-cache"
+    headers["x-accel-buffering"] = "no"
     return StreamingResponse(
         reply.chunks,
         status_code=reply.status_code,
