@@ -160,12 +160,22 @@ def build_vector_index(engine: AsyncEngine) -> VectorIndex:
 
 
 async def build_file_search(
-    settings: Settings, stack: contextlib.AsyncExitStack, embedder: Embedder | None = None
+    settings: Settings,
+    stack: contextlib.AsyncExitStack,
+    embedder: Embedder | None = None,
+    *,
+    database_ready: bool = False,
 ) -> tuple[FilesService, VectorStoresService]:
     """Files and vector stores: metadata and chunks in the store's database, bytes under
-    ``data_dir/files``. Closed in reverse: ingestion is cancelled before the engine goes."""
+    ``data_dir/files``. Closed in reverse: ingestion is cancelled before the engine goes.
+
+    Their engine is the store's database but not the store's pool, on purpose: ingestion holds
+    connections for whole batches, and the response store's fixed pool is sized for the hot
+    path alone. ``database_ready``: ``build_store`` already created or migrated the schema.
+    """
     url = settings.resolved_database_url()
-    await prepare_database(url, auto_migrate=True)
+    if not database_ready:
+        await prepare_database(url, auto_migrate=True)
     engine = create_engine_for(url)
     stack.push_async_callback(engine.dispose)
     if embedder is None:
@@ -225,7 +235,7 @@ def create_app(
                 urls = ", ".join(u.url for u in settings.resolved_upstreams())
                 await wait_for_upstream(active, settings.wait_for_upstream, urls)
             files_service, vector_stores_service = await build_file_search(
-                settings, stack, embedder
+                settings, stack, embedder, database_ready=store is None
             )
             toolkit, tool_resources = build_toolkit(settings, vector_stores_service)
             stack.push_async_callback(tool_resources.aclose)
