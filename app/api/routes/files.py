@@ -17,7 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import Message
 
-from app.api.pagination import list_object
+from app.api.replies import json_reply, list_reply
 from app.core.files import FilesService
 from app.errors import InvalidRequestError, RequestTooLargeError
 
@@ -31,10 +31,6 @@ _MAX_FIELD_BYTES = 64 * 1024
 def _service(request: Request) -> FilesService:
     service: FilesService = request.app.state.gateway.files
     return service
-
-
-def _json(data: Any) -> Response:
-    return Response(orjson.dumps(data), media_type="application/json")
 
 
 @router.post("/v1/files")
@@ -56,7 +52,7 @@ async def create_file(request: Request) -> Response:
         )
     finally:
         await form.close()
-    return _json(created)
+    return json_reply(created)
 
 
 @router.get("/v1/files")
@@ -83,17 +79,17 @@ async def list_files(request: Request) -> Response:
         limit=limit,
         order=order,
     )
-    return _json(list_object(page))
+    return list_reply(page)
 
 
 @router.get("/v1/files/{file_id}")
 async def get_file(request: Request, file_id: str) -> Response:
-    return _json(await _service(request).get(file_id))
+    return json_reply(await _service(request).get(file_id))
 
 
 @router.delete("/v1/files/{file_id}")
 async def delete_file(request: Request, file_id: str) -> Response:
-    return _json(await _service(request).delete(file_id))
+    return json_reply(await _service(request).delete(file_id))
 
 
 @router.get("/v1/files/{file_id}/content")

@@ -8,7 +8,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
-from app.api.pagination import list_object, page_params
+from app.api.pagination import page_params
+from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
 from app.protocol.metadata import check_metadata
@@ -41,14 +42,12 @@ async def create_response(request: Request) -> Response:
 
 @router.get("/v1/responses/{response_id}")
 async def get_response(request: Request, response_id: str) -> Response:
-    response = await gateway_state(request).service.get(response_id)
-    return Response(orjson.dumps(response), media_type="application/json")
+    return json_reply(await gateway_state(request).service.get(response_id))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> Response:
-    deleted = await gateway_state(request).service.delete(response_id)
-    return Response(orjson.dumps(deleted), media_type="application/json")
+    return json_reply(await gateway_state(request).service.delete(response_id))
 
 
 @router.get("/v1/responses/{response_id}/input_items")
@@ -57,7 +56,7 @@ async def list_input_items(request: Request, response_id: str) -> Response:
     page = await gateway_state(request).service.input_items(
         response_id, after=params.after, limit=params.limit, order=params.order
     )
-    return Response(orjson.dumps(list_object(page)), media_type="application/json")
+    return list_reply(page)
 
 
 # The hot path skips FastAPI's per-request dependency solving: it reads its own body and

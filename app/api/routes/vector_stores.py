@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from app.api.body import read_json_object, validate
-from app.api.pagination import list_object, page_params
-from app.api.state import gateway_state
-from app.core.ports import Page
+from app.api.body import validate
+from app.api.pagination import page_params
+from app.api.replies import json_reply, list_reply, request_object
 from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.errors import InvalidRequestError
 from app.protocol.conversations import reject_unknown_fields
@@ -34,21 +32,6 @@ FILE_STATUSES = ("in_progress", "completed", "failed", "cancelled")
 def _service(request: Request) -> VectorStoresService:
     service: VectorStoresService = request.app.state.gateway.vector_stores
     return service
-
-
-async def _body(request: Request, *, optional: bool = False) -> dict[str, Any]:
-    """The JSON body (size-limited); an empty body is ``{}`` where every field is optional."""
-    if optional and request.headers.get("content-length") == "0":
-        return {}
-    return await read_json_object(request, gateway_state(request).settings.max_body_bytes)
-
-
-def _json(data: Any) -> Response:
-    return Response(orjson.dumps(data), media_type="application/json")
-
-
-def _list(page: Page) -> Response:
-    return _json(list_object(page))
 
 
 def _cursor(request: Request) -> Cursor:
@@ -75,7 +58,7 @@ def _status_filter(request: Request) -> str | None:
 
 @router.post("/v1/vector_stores")
 async def create_vector_store(request: Request) -> Response:
-    body = await _body(request, optional=True)
+    body = await request_object(request, optional=True)
     reject_unknown_fields(CreateVectorStoreRequest, body)
     parsed = validate(CreateVectorStoreRequest, body)
     metadata = check_metadata(parsed.metadata, "metadata")
@@ -87,22 +70,22 @@ async def create_vector_store(request: Request) -> Response:
         file_ids=parsed.file_ids or [],
         chunking_strategy=parsed.chunking_strategy,
     )
-    return _json(created)
+    return json_reply(created)
 
 
 @router.get("/v1/vector_stores")
 async def list_vector_stores(request: Request) -> Response:
-    return _list(await _service(request).list_stores(_cursor(request)))
+    return list_reply(await _service(request).list_stores(_cursor(request)))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}")
 async def get_vector_store(request: Request, vector_store_id: str) -> Response:
-    return _json(await _service(request).get(vector_store_id))
+    return json_reply(await _service(request).get(vector_store_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}")
 async def update_vector_store(request: Request, vector_store_id: str) -> Response:
-    body = await _body(request, optional=True)
+    body = await request_object(request, optional=True)
     reject_unknown_fields(UpdateVectorStoreRequest, body)
     parsed = validate(UpdateVectorStoreRequest, body)
     changes: dict[str, Any] = {}
@@ -113,20 +96,20 @@ async def update_vector_store(request: Request, vector_store_id: str) -> Respons
     if "expires_after" in parsed.model_fields_set:
         expires = parsed.expires_after
         changes["expires_after"] = expires.model_dump() if expires else None
-    return _json(await _service(request).update(vector_store_id, changes))
+    return json_reply(await _service(request).update(vector_store_id, changes))
 
 
 @router.delete("/v1/vector_stores/{vector_store_id}")
 async def delete_vector_store(request: Request, vector_store_id: str) -> Response:
-    return _json(await _service(request).delete(vector_store_id))
+    return json_reply(await _service(request).delete(vector_store_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/search")
 async def search_vector_store(request: Request, vector_store_id: str) -> Response:
-    body = await _body(request)
+    body = await request_object(request)
     reject_unknown_fields(SearchRequest, body)
     validate(SearchRequest, body)  # precise errors; the service parses the body itself
-    return _json(await _service(request).search(vector_store_id, body))
+    return json_reply(await _service(request).search(vector_store_id, body))
 
 
 # ---------------------------------------------------------------------------- files of a store
@@ -134,7 +117,7 @@ async def search_vector_store(request: Request, vector_store_id: str) -> Respons
 
 @router.post("/v1/vector_stores/{vector_store_id}/files")
 async def create_vector_store_file(request: Request, vector_store_id: str) -> Response:
-    body = await _body(request)
+    body = await request_object(request)
     reject_unknown_fields(CreateVectorStoreFileRequest, body)
     parsed = validate(CreateVectorStoreFileRequest, body)
     entry = FileEntry(
@@ -142,7 +125,7 @@ async def create_vector_store_file(request: Request, vector_store_id: str) -> Re
         attributes=check_attributes(parsed.attributes, "attributes"),
         chunking_strategy=parsed.chunking_strategy,
     )
-    return _json(await _service(request).add_file(vector_store_id, entry))
+    return json_reply(await _service(request).add_file(vector_store_id, entry))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files")
@@ -150,37 +133,37 @@ async def list_vector_store_files(request: Request, vector_store_id: str) -> Res
     page = await _service(request).list_files(
         vector_store_id, _cursor(request), status=_status_filter(request)
     )
-    return _list(page)
+    return list_reply(page)
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}")
 async def get_vector_store_file(request: Request, vector_store_id: str, file_id: str) -> Response:
-    return _json(await _service(request).get_file(vector_store_id, file_id))
+    return json_reply(await _service(request).get_file(vector_store_id, file_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/files/{file_id}")
 async def update_vector_store_file(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    body = await _body(request)
+    body = await request_object(request)
     reject_unknown_fields(UpdateVectorStoreFileRequest, body)
     parsed = validate(UpdateVectorStoreFileRequest, body)
     attributes = check_attributes(parsed.attributes, "attributes")
-    return _json(await _service(request).update_file(vector_store_id, file_id, attributes))
+    return json_reply(await _service(request).update_file(vector_store_id, file_id, attributes))
 
 
 @router.delete("/v1/vector_stores/{vector_store_id}/files/{file_id}")
 async def delete_vector_store_file(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    return _json(await _service(request).remove_file(vector_store_id, file_id))
+    return json_reply(await _service(request).remove_file(vector_store_id, file_id))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}/content")
 async def vector_store_file_content(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    return _json(await _service(request).file_content(vector_store_id, file_id))
+    return json_reply(await _service(request).file_content(vector_store_id, file_id))
 
 
 # ---------------------------------------------------------------------------- file batches
@@ -188,20 +171,20 @@ async def vector_store_file_content(
 
 @router.post("/v1/vector_stores/{vector_store_id}/file_batches")
 async def create_file_batch(request: Request, vector_store_id: str) -> Response:
-    body = await _body(request)
+    body = await request_object(request)
     reject_unknown_fields(CreateFileBatchRequest, body)
     parsed = validate(CreateFileBatchRequest, body)
-    return _json(await _service(request).create_batch(vector_store_id, _batch_entries(parsed)))
+    return json_reply(await _service(request).create_batch(vector_store_id, _batch_entries(parsed)))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}")
 async def get_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    return _json(await _service(request).get_batch(vector_store_id, batch_id))
+    return json_reply(await _service(request).get_batch(vector_store_id, batch_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel")
 async def cancel_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    return _json(await _service(request).cancel_batch(vector_store_id, batch_id))
+    return json_reply(await _service(request).cancel_batch(vector_store_id, batch_id))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files")
@@ -209,7 +192,7 @@ async def list_file_batch_files(request: Request, vector_store_id: str, batch_id
     page = await _service(request).list_batch_files(
         vector_store_id, batch_id, _cursor(request), status=_status_filter(request)
     )
-    return _list(page)
+    return list_reply(page)
 
 
 def _batch_entries(parsed: CreateFileBatchRequest) -> list[FileEntry]:
