@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Protocol, TypeVar
 
@@ -177,6 +178,45 @@ async def ranked_search(
     if ranker == "keyword":
         return await index.keyword(vector_store_id, query, limit, file_ids)
     return await hybrid_search(index, vector_store_id, embedding, query, limit, file_ids)
+
+
+class RankedIndex(ABC):
+    """Base of an index offering both rankings (``semantic`` and ``keyword``): its
+    ``VectorIndex.search`` is ``ranked_search`` over them."""
+
+    @abstractmethod
+    async def semantic(
+        self,
+        vector_store_id: str,
+        embedding: list[float],
+        limit: int,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]: ...
+
+    @abstractmethod
+    async def keyword(
+        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+    ) -> list[SearchHit]: ...
+
+    async def search(
+        self,
+        vector_store_id: str,
+        *,
+        embedding: list[float] | None,
+        query: str,
+        limit: int,
+        ranker: str,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        return await ranked_search(
+            self,
+            vector_store_id,
+            embedding=embedding,
+            query=query,
+            limit=limit,
+            ranker=ranker,
+            file_ids=file_ids,
+        )
 
 
 def query_terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:

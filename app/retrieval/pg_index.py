@@ -28,9 +28,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ports import IndexedChunk, SearchHit
 from app.retrieval.fusion import (
+    RankedIndex,
     keyword_score,
     query_terms,
-    ranked_search,
     semantic_score,
 )
 
@@ -86,7 +86,7 @@ class _Statements:
         self.keyword_in_files = text(keyword.format(files=_IN_FILES))
 
 
-class PgVectorIndex:
+class PgVectorIndex(RankedIndex):
     """The ``VectorIndex`` port on a PostgreSQL engine (``create_engine_for``) whose database
     has the pgvector extension (migration 0002 creates it). The engine is the caller's."""
 
@@ -155,26 +155,6 @@ class PgVectorIndex:
                 _FILE_CHUNKS, {"vector_store_id": vector_store_id, "file_id": file_id}
             )
             return [str(chunk_text) for chunk_text in result.scalars()]
-
-    async def search(
-        self,
-        vector_store_id: str,
-        *,
-        embedding: list[float] | None,
-        query: str,
-        limit: int,
-        ranker: str,
-        file_ids: list[str] | None = None,
-    ) -> list[SearchHit]:
-        return await ranked_search(
-            self,
-            vector_store_id,
-            embedding=embedding,
-            query=query,
-            limit=limit,
-            ranker=ranker,
-            file_ids=file_ids,
-        )
 
     async def semantic(
         self,

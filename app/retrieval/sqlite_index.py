@@ -42,9 +42,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ports import IndexedChunk, SearchHit
 from app.retrieval.fusion import (
+    RankedIndex,
     keyword_score,
     query_terms,
-    ranked_search,
     semantic_score,
 )
 from app.store import tables
@@ -202,7 +202,7 @@ class _MatrixCache:
             self._locks.pop(key, None)
 
 
-class SqliteVectorIndex:
+class SqliteVectorIndex(RankedIndex):
     """The ``VectorIndex`` port on the SQLite engine of the store (``create_engine_for``).
 
     The engine is the caller's; ``cache_bytes`` bounds the cached embedding matrices."""
@@ -350,26 +350,6 @@ class SqliteVectorIndex:
                 .order_by(table.c.position, table.c.id)
             )
             return [str(chunk_text) for chunk_text in result.scalars()]
-
-    async def search(
-        self,
-        vector_store_id: str,
-        *,
-        embedding: list[float] | None,
-        query: str,
-        limit: int,
-        ranker: str,
-        file_ids: list[str] | None = None,
-    ) -> list[SearchHit]:
-        return await ranked_search(
-            self,
-            vector_store_id,
-            embedding=embedding,
-            query=query,
-            limit=limit,
-            ranker=ranker,
-            file_ids=file_ids,
-        )
 
     async def semantic(
         self,
