@@ -525,9 +525,8 @@ class SearxngSearchProvider(HttpSearchProvider):
             )
         body = self._json(response)
         return [
-            SearchResult(
-                title=plain_text(entry.get("title")),
-                url=_text(entry.get("url")),
+            _result(
+                entry,
                 snippet=plain_text(entry.get("content")),
                 published=_date(entry.get("publishedDate")),
             )
@@ -577,9 +576,8 @@ class TavilySearchProvider(HttpSearchProvider):
         )
         answer = self._json(response)
         return [
-            SearchResult(
-                title=plain_text(entry.get("title")),
-                url=_text(entry.get("url")),
+            _result(
+                entry,
                 snippet=plain_text(entry.get("content")),
                 published=_date(entry.get("published_date")),
             )
@@ -632,9 +630,8 @@ class BraveSearchProvider(HttpSearchProvider):
                 extra = [plain_text(s) for s in entry.get("extra_snippets") or []]
                 snippet = " … ".join(s for s in [snippet, *extra] if s)
             results.append(
-                SearchResult(
-                    title=plain_text(entry.get("title")),
-                    url=_text(entry.get("url")),
+                _result(
+                    entry,
                     snippet=snippet,
                     published=_date(entry.get("page_age")) or _date(entry.get("age")),
                 )
@@ -687,15 +684,19 @@ class YouSearchProvider(HttpSearchProvider):
             if context_size != "high":
                 snippets = snippets[:1]
             snippet = " … ".join(s for s in snippets if s) or plain_text(entry.get("description"))
-            results.append(
-                SearchResult(
-                    title=plain_text(entry.get("title")),
-                    url=_text(entry.get("url")),
-                    snippet=snippet,
-                    published=_date(entry.get("page_age")),
-                )
-            )
+            results.append(_result(entry, snippet=snippet, published=_date(entry.get("page_age"))))
         return results
+
+
+def _result(entry: Mapping[str, Any], *, snippet: str, published: str | None) -> SearchResult:
+    """One hit: the entry's ``title`` and ``url``, with the snippet and date the provider's
+    own fields give."""
+    return SearchResult(
+        title=plain_text(entry.get("title")),
+        url=_text(entry.get("url")),
+        snippet=snippet,
+        published=published,
+    )
 
 
 PROVIDERS: dict[str, type[HttpSearchProvider]] = {
