@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import tiktoken
 
 from app.core.ports import JsonObject
+from app.retrieval.params import ParamError, json_type, missing, reject_unknown, show
 
 __all__ = [
     "AUTO_CHUNK_OVERLAP_TOKENS",
@@ -50,12 +50,8 @@ class Chunk:
     position: int
 
 
-class ChunkingStrategyError(ValueError):
+class ChunkingStrategyError(ParamError):
     """A ``chunking_strategy`` OpenAI would reject; ``param`` names the bad field."""
-
-    def __init__(self, message: str, *, param: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 @functools.cache
@@ -114,33 +110,35 @@ def normalize_chunking_strategy(value: JsonObject | None) -> JsonObject:
     if not isinstance(value, dict):
         raise ChunkingStrategyError(
             "Invalid type for 'chunking_strategy': expected an object, but got "
-            f"{_json_type(value)} instead.",
+            f"{json_type(value, integers=True)} instead.",
             param="chunking_strategy",
         )
     kind = value.get("type")
     if kind is None:
-        raise _missing("chunking_strategy.type")
+        raise missing(ChunkingStrategyError, "chunking_strategy.type")
     if kind == "auto":
-        _reject_unknown(value, {"type"}, "chunking_strategy")
+        reject_unknown(ChunkingStrategyError, value, {"type"}, "chunking_strategy")
         return _static(AUTO_MAX_CHUNK_SIZE_TOKENS, AUTO_CHUNK_OVERLAP_TOKENS)
     if kind != "static":
         raise ChunkingStrategyError(
-            f"Invalid value for 'chunking_strategy.type': {_show(kind)}. "
+            f"Invalid value for 'chunking_strategy.type': {show(kind)}. "
             "Supported values are: 'auto' and 'static'.",
             param="chunking_strategy.type",
         )
-    _reject_unknown(value, {"type", "static"}, "chunking_strategy")
+    reject_unknown(ChunkingStrategyError, value, {"type", "static"}, "chunking_strategy")
     static = value.get("static")
     if static is None:
-        raise _missing("chunking_strategy.static")
+        raise missing(ChunkingStrategyError, "chunking_strategy.static")
     if not isinstance(static, dict):
         raise ChunkingStrategyError(
             "Invalid type for 'chunking_strategy.static': expected an object, but got "
-            f"{_json_type(static)} instead.",
+            f"{json_type(static, integers=True)} instead.",
             param="chunking_strategy.static",
         )
     prefix = "chunking_strategy.static"
-    _reject_unknown(static, {"max_chunk_size_tokens", "chunk_overlap_tokens"}, prefix)
+    reject_unknown(
+        ChunkingStrategyError, static, {"max_chunk_size_tokens", "chunk_overlap_tokens"}, prefix
+    )
     size = _integer(static, "max_chunk_size_tokens", prefix)
     overlap = _integer(static, "chunk_overlap_tokens", prefix)
     if size < MIN_CHUNK_SIZE_TOKENS:
@@ -187,48 +185,14 @@ def _static(size: int, overlap: int) -> JsonObject:
 
 def _integer(obj: JsonObject, key: str, prefix: str) -> int:
     if key not in obj:
-        raise _missing(f"{prefix}.{key}")
+        raise missing(ChunkingStrategyError, f"{prefix}.{key}")
     value = obj[key]
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
         raise ChunkingStrategyError(
             f"Invalid type for '{prefix}.{key}': expected an integer, but got "
-            f"{_json_type(value)} instead.",
+            f"{json_type(value, integers=True)} instead.",
             param=f"{prefix}.{key}",
         )
     return value
-
-
-def _reject_unknown(obj: JsonObject, known: set[str], prefix: str) -> None:
-    for key in obj:
-        if key not in known:
-            raise ChunkingStrategyError(
-                f"Unknown parameter: '{prefix}.{key}'.", param=f"{prefix}.{key}"
-            )
-
-
-def _missing(param: str) -> ChunkingStrategyError:
-    return ChunkingStrategyError(f"Missing required parameter: '{param}'.", param=param)
-
-
-def _show(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else repr(value)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a decimal"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__

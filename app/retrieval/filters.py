@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from app.core.ports import JsonObject
+from app.retrieval.params import ParamError, json_type, missing, reject_unknown, show
 
 __all__ = [
     "COMPARISON_TYPES",
@@ -28,12 +29,8 @@ _MAX_DEPTH = 16
 _MISSING = object()
 
 
-class FilterError(ValueError):
+class FilterError(ParamError):
     """A filter OpenAI would reject; ``param`` names the bad field (``filters.filters[1].key``)."""
-
-    def __init__(self, message: str, *, param: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 def validate_filter(value: Any, *, param: str = "filters") -> JsonObject:
@@ -99,32 +96,32 @@ def _validate(value: Any, param: str, depth: int) -> JsonObject:
         raise FilterError(f"Invalid '{param}': filters nest deeper than {_MAX_DEPTH}.", param=param)
     if not isinstance(value, dict):
         raise FilterError(
-            f"Invalid type for '{param}': expected an object, but got {_json_type(value)} instead.",
+            f"Invalid type for '{param}': expected an object, but got {json_type(value)} instead.",
             param=param,
         )
     kind = value.get("type")
     if kind is None:
-        raise _missing(f"{param}.type")
+        raise missing(FilterError, f"{param}.type")
     if kind in COMPOUND_TYPES:
         return _validate_compound(value, kind, param, depth)
     if kind in COMPARISON_TYPES:
         return _validate_comparison(value, kind, param)
     supported = ", ".join(f"'{name}'" for name in (*sorted(COMPARISON_TYPES), "and", "or"))
     raise FilterError(
-        f"Invalid value for '{param}.type': {_show(kind)}. Supported values are: {supported}.",
+        f"Invalid value for '{param}.type': {show(kind)}. Supported values are: {supported}.",
         param=f"{param}.type",
     )
 
 
 def _validate_compound(value: JsonObject, kind: str, param: str, depth: int) -> JsonObject:
-    _reject_unknown(value, ("type", "filters"), param)
+    reject_unknown(FilterError, value, ("type", "filters"), param)
     children = value.get("filters", _MISSING)
     if children is _MISSING:
-        raise _missing(f"{param}.filters")
+        raise missing(FilterError, f"{param}.filters")
     if not isinstance(children, list):
         raise FilterError(
             f"Invalid type for '{param}.filters': expected an array, but got "
-            f"{_json_type(children)} instead.",
+            f"{json_type(children)} instead.",
             param=f"{param}.filters",
         )
     return {
@@ -137,25 +134,25 @@ def _validate_compound(value: JsonObject, kind: str, param: str, depth: int) -> 
 
 
 def _validate_comparison(value: JsonObject, kind: str, param: str) -> JsonObject:
-    _reject_unknown(value, ("type", "key", "value"), param)
+    reject_unknown(FilterError, value, ("type", "key", "value"), param)
     key = value.get("key", _MISSING)
     if key is _MISSING:
-        raise _missing(f"{param}.key")
+        raise missing(FilterError, f"{param}.key")
     if not isinstance(key, str) or not key:
         raise FilterError(
             f"Invalid type for '{param}.key': expected a non-empty string, but got "
-            f"{_json_type(key)} instead.",
+            f"{json_type(key)} instead.",
             param=f"{param}.key",
         )
     expected = value.get("value", _MISSING)
     if expected is _MISSING:
-        raise _missing(f"{param}.value")
+        raise missing(FilterError, f"{param}.value")
     where = f"{param}.value"
     if kind in ("in", "nin"):
         if not isinstance(expected, list):
             raise FilterError(
                 f"Invalid type for '{where}': '{kind}' expects an array, but got "
-                f"{_json_type(expected)} instead.",
+                f"{json_type(expected)} instead.",
                 param=where,
             )
         for index, item in enumerate(expected):
@@ -179,36 +176,6 @@ def _check_scalar(value: Any, param: str) -> None:
         return
     raise FilterError(
         f"Invalid type for '{param}': expected a string, number or boolean, but got "
-        f"{_json_type(value)} instead.",
+        f"{json_type(value)} instead.",
         param=param,
     )
-
-
-def _reject_unknown(value: JsonObject, known: tuple[str, ...], param: str) -> None:
-    for key in value:
-        if key not in known:
-            raise FilterError(f"Unknown parameter: '{param}.{key}'.", param=f"{param}.{key}")
-
-
-def _missing(param: str) -> FilterError:
-    return FilterError(f"Missing required parameter: '{param}'.", param=param)
-
-
-def _show(value: Any) -> str:
-    return f"'{value}'" if isinstance(value, str) else repr(value)
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
