@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 from app.core.ids import new_id
@@ -372,6 +372,9 @@ class MemoryFileStore:
 
     async def get_file(self, file_id: str) -> StoredFile | None:
         return self.files.get(file_id)
+
+    async def existing_file_ids(self, file_ids: Iterable[str]) -> set[str]:
+        return {file_id for file_id in file_ids if file_id in self.files}
 
     async def list_files(
         self, *, purpose: str | None, after: str | None, limit: int, order: str

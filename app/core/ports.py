@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -490,6 +490,10 @@ class FileStore(Protocol):
     async def add_file(self, file: StoredFile) -> None: ...
 
     async def get_file(self, file_id: str) -> StoredFile | None: ...
+
+    async def existing_file_ids(self, file_ids: Iterable[str]) -> set[str]:
+        """Which of ``file_ids`` are stored (one read)."""
+        ...
 
     async def list_files(
         self, *, purpose: str | None, after: str | None, limit: int, order: str

@@ -119,8 +119,8 @@ class VectorStoresService:
         )
         await self.files.create_vector_store(store)
         async with self._lock:
-            for file_id in dict.fromkeys(file_ids):
-                await self._attach(store.id, FileEntry(file_id, {}), chunking)
+            entries = [(FileEntry(file_id, {}), chunking) for file_id in dict.fromkeys(file_ids)]
+            await self._attach(store.id, entries)
         return await self.get(store.id)
 
     async def list_stores(self, cursor: Cursor) -> Page:
@@ -159,7 +159,7 @@ class VectorStoresService:
         await self._require_files([entry.file_id], "file_id")
         async with self._lock:
             await self._require_store(vector_store_id)
-            record = await self._attach(vector_store_id, entry, chunking)
+            (record,) = await self._attach(vector_store_id, [(entry, chunking)])
         return file_object(record)
 
     async def list_files(self, vector_store_id: str, cursor: Cursor, *, status: str | None) -> Page:
@@ -220,8 +220,7 @@ class VectorStoresService:
                 file_ids=list(dict.fromkeys(e.file_id for e in entries)),
             )
             await self.files.put_file_batch(batch)
-            for entry, chunking in zip(entries, chunkings, strict=True):
-                await self._attach(vector_store_id, entry, chunking)
+            await self._attach(vector_store_id, zip(entries, chunkings, strict=True))
         return await self._batch_object(batch)
 
     async def get_batch(self, vector_store_id: str, batch_id: str) -> JsonObject:
@@ -398,27 +397,37 @@ class VectorStoresService:
         return int(self._clock())
 
     async def _attach(
-        self, vector_store_id: str, entry: FileEntry, chunking: JsonObject
-    ) -> StoredVectorStoreFile:
-        """Record the file ``in_progress`` and queue it (under the lock). A file already in the
-        store keeps its record unless its last ingestion failed or was cancelled."""
-        old = await self.files.get_vector_store_file(vector_store_id, entry.file_id)
-        if old is not None and old.status in ("in_progress", "completed"):
-            return old
-        record = StoredVectorStoreFile(
-            vector_store_id=vector_store_id,
-            file_id=entry.file_id,
-            created_at=self._now(),
-            status="in_progress",
-            last_error=None,
-            attributes=entry.attributes,
-            chunking_strategy=chunking,
-            usage_bytes=0,
-        )
-        await self.files.put_vector_store_file(record)
-        await self.ingest.submit(vector_store_id, entry.file_id, chunking)
-        await self._sync_store(vector_store_id, -(old.usage_bytes if old else 0))
-        return record
+        self, vector_store_id: str, entries: Iterable[tuple[FileEntry, JsonObject]]
+    ) -> list[StoredVectorStoreFile]:
+        """Record each file (with its chunking) ``in_progress`` and queue it, then refresh the
+        store once (under the lock). A file already in the store keeps its record unless its
+        last ingestion failed or was cancelled."""
+        records: list[StoredVectorStoreFile] = []
+        freed = 0
+        attached = False
+        for entry, chunking in entries:
+            old = await self.files.get_vector_store_file(vector_store_id, entry.file_id)
+            if old is not None and old.status in ("in_progress", "completed"):
+                records.append(old)
+                continue
+            record = StoredVectorStoreFile(
+                vector_store_id=vector_store_id,
+                file_id=entry.file_id,
+                created_at=self._now(),
+                status="in_progress",
+                last_error=None,
+                attributes=entry.attributes,
+                chunking_strategy=chunking,
+                usage_bytes=0,
+            )
+            await self.files.put_vector_store_file(record)
+            await self.ingest.submit(vector_store_id, entry.file_id, chunking)
+            freed += old.usage_bytes if old else 0
+            attached = True
+            records.append(record)
+        if attached:
+            await self._sync_store(vector_store_id, -freed)
+        return records
 
     async def _detach(self, vector_store_id: str, record: StoredVectorStoreFile) -> None:
         await self.ingest.cancel(vector_store_id, record.file_id)
@@ -494,9 +503,10 @@ class VectorStoresService:
     def _expired(self, store: StoredVectorStore) -> bool:
         return store.expires_at is not None and store.expires_at <= self._clock()
 
-    async def _require_files(self, file_ids: Iterable[str], param: str) -> None:
+    async def _require_files(self, file_ids: list[str], param: str) -> None:
+        existing = await self.files.existing_file_ids(file_ids)
         for file_id in file_ids:
-            if await self.files.get_file(file_id) is None:
+            if file_id not in existing:
                 raise file_not_found(file_id, param)
 
     async def _require_record(self, vector_store_id: str, file_id: str) -> StoredVectorStoreFile:

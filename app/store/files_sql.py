@@ -16,7 +16,7 @@ vector store's files in the ``VectorIndex`` (``app.retrieval``), which deletes t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -82,6 +82,14 @@ class SqlFileStore:
         async with self._read() as conn:
             row = (await conn.execute(select(files).where(files.c.id == file_id))).first()
         return None if row is None else _file(row)
+
+    async def existing_file_ids(self, file_ids: Iterable[str]) -> set[str]:
+        wanted = list(dict.fromkeys(file_ids))
+        if not wanted:
+            return set()
+        async with self._read() as conn:
+            result = await conn.execute(select(files.c.id).where(files.c.id.in_(wanted)))
+            return {str(file_id) for file_id in result.scalars()}
 
     async def list_files(
         self, *, purpose: str | None, after: str | None, limit: int, order: str

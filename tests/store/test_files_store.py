@@ -329,3 +329,11 @@ async def test_disk_blob_store_refuses_unsafe_ids(tmp_path: Path, file_id: str) 
     with pytest.raises(ValueError, match="invalid file id"):
         await blobs.get(file_id)
     assert not (tmp_path / "files").exists()
+
+
+async def test_existing_file_ids_is_one_read_of_many(files: SqlFileStore) -> None:
+    for file_id in ("file-a", "file-b"):
+        await files.add_file(a_file(file_id))
+    assert await files.existing_file_ids([]) == set()
+    wanted = ["file-b", "file-x", "file-a", "file-b"]
+    assert await files.existing_file_ids(wanted) == {"file-a", "file-b"}
