@@ -423,6 +423,17 @@ class MemoryFileStore:
     ) -> StoredVectorStoreFile | None:
         return self.store_files.get((vector_store_id, file_id))
 
+    async def named_vector_store_files(
+        self, vector_store_id: str, file_ids: Iterable[str]
+    ) -> dict[str, tuple[StoredVectorStoreFile, str]]:
+        named: dict[str, tuple[StoredVectorStoreFile, str]] = {}
+        for file_id in file_ids:
+            record = self.store_files.get((vector_store_id, file_id))
+            if record is not None:
+                file = self.files.get(file_id)
+                named[file_id] = (record, file.filename if file is not None else "")
+        return named
+
     async def list_vector_store_files(
         self,
         vector_store_id: str,

@@ -526,6 +526,13 @@ class FileStore(Protocol):
         self, vector_store_id: str, file_id: str
     ) -> StoredVectorStoreFile | None: ...
 
+    async def named_vector_store_files(
+        self, vector_store_id: str, file_ids: Iterable[str]
+    ) -> dict[str, tuple[StoredVectorStoreFile, str]]:
+        """The store's records of ``file_ids`` with each file's name ("" once the file is
+        gone), by file id; files not in the store are left out (one read)."""
+        ...
+
     async def list_vector_store_files(
         self,
         vector_store_id: str,

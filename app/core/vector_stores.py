@@ -269,21 +269,31 @@ class VectorStoresService:
         options = request.ranking_options
         ranker = index_ranker(options.ranker if options and options.ranker else "auto")
         threshold = options.score_threshold if options and options.score_threshold else 0.0
-        allowed, records = await self._searchable(store.id, condition)
+        allowed = await self._searchable(store.id, condition)
         hits: list[SearchHit] = []
         if allowed is None or allowed:
             hits = await self._hits(store.id, queries, ranker, request.max_num_results, allowed)
-        await self._touch(store.id)
+        await self._touch(store)
+        kept = [hit for hit in hits if hit.score >= threshold]
+        # The hits' records and file names: one read per search.
+        named = await self.files.named_vector_store_files(store.id, [h.file_id for h in kept])
         data: list[JsonObject] = []
-        filenames: dict[str, str] = {}
-        for hit in hits:
+        for hit in kept:
             if len(data) >= request.max_num_results:
                 break
-            if hit.score < threshold:
-                continue
-            result = await self._result(store.id, hit, records, filenames)
-            if result is not None:
-                data.append(result)
+            found = named.get(hit.file_id)
+            if found is None:
+                continue  # detached meanwhile
+            record, name = found
+            data.append(
+                {
+                    "file_id": hit.file_id,
+                    "filename": name,
+                    "score": hit.score,
+                    "attributes": record.attributes,
+                    "content": [{"type": "text", "text": hit.text}],
+                }
+            )
         return {
             "object": "vector_store.search_results.page",
             # rewrite_query is accepted but the query is not rewritten: echoed as sent.
@@ -295,15 +305,15 @@ class VectorStoresService:
 
     async def _searchable(
         self, vector_store_id: str, condition: JsonObject | None
-    ) -> tuple[list[str] | None, dict[str, StoredVectorStoreFile]]:
+    ) -> list[str] | None:
         """The files an attribute filter lets through (``None``: no filter, every file)."""
-        records: dict[str, StoredVectorStoreFile] = {}
         if condition is None:
-            return None, records
-        async for record in self._all_records(vector_store_id, status="completed"):
-            records[record.file_id] = record
-        allowed = [r.file_id for r in records.values() if filters.matches(condition, r.attributes)]
-        return allowed, records
+            return None
+        return [
+            record.file_id
+            async for record in self._all_records(vector_store_id, status="completed")
+            if filters.matches(condition, record.attributes)
+        ]
 
     async def _hits(
         self,
@@ -344,32 +354,6 @@ class VectorStoresService:
                 code="embeddings_unavailable",
                 status_code=503,
             ) from exc
-
-    async def _result(
-        self,
-        vector_store_id: str,
-        hit: SearchHit,
-        records: dict[str, StoredVectorStoreFile],
-        filenames: dict[str, str],
-    ) -> JsonObject | None:
-        """One result (the file's record and name read once per search, not once per hit)."""
-        record = records.get(hit.file_id)
-        if record is None:
-            record = await self.files.get_vector_store_file(vector_store_id, hit.file_id)
-            if record is None:
-                return None  # detached meanwhile
-            records[hit.file_id] = record
-        name = filenames.get(hit.file_id)
-        if name is None:
-            file = await self.files.get_file(hit.file_id)
-            name = filenames[hit.file_id] = file.filename if file is not None else ""
-        return {
-            "file_id": hit.file_id,
-            "filename": name,
-            "score": hit.score,
-            "attributes": record.attributes,
-            "content": [{"type": "text", "text": hit.text}],
-        }
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -471,16 +455,19 @@ class VectorStoresService:
                 dataclasses.replace(store, status=status, usage_bytes=usage)
             )
 
-    async def _touch(self, vector_store_id: str) -> None:
-        """A search: the store was active now (its expiry moves with it)."""
+    async def _touch(self, store: StoredVectorStore) -> None:
+        """A search: the store was active now (its expiry moves with it); one write per store
+        and second at most, and no read when ``store`` (just read) is already current."""
+        now = self._now()
+        if store.last_active_at == now:
+            return
         async with self._lock:
-            store = await self.files.get_vector_store(vector_store_id)
-            now = self._now()
-            if store is None or store.last_active_at == now:
-                return  # one write per store and second at most
+            current = await self.files.get_vector_store(store.id)
+            if current is None or current.last_active_at == now:
+                return
             await self.files.update_vector_store(
                 dataclasses.replace(
-                    store, last_active_at=now, expires_at=_expires_at(store.expires_after, now)
+                    current, last_active_at=now, expires_at=_expires_at(current.expires_after, now)
                 )
             )
 

@@ -192,6 +192,26 @@ class SqlFileStore:
             ).first()
         return None if row is None else _store_file(row)
 
+    async def named_vector_store_files(
+        self, vector_store_id: str, file_ids: Iterable[str]
+    ) -> dict[str, tuple[StoredVectorStoreFile, str]]:
+        wanted = list(dict.fromkeys(file_ids))
+        if not wanted:
+            return {}
+        query = (
+            select(vector_store_files, files.c.filename)
+            .select_from(
+                vector_store_files.outerjoin(files, files.c.id == vector_store_files.c.file_id)
+            )
+            .where(
+                vector_store_files.c.vector_store_id == vector_store_id,
+                vector_store_files.c.file_id.in_(wanted),
+            )
+        )
+        async with self._read() as conn:
+            rows = (await conn.execute(query)).all()
+        return {row.file_id: (_store_file(row), row.filename or "") for row in rows}
+
     async def list_vector_store_files(
         self,
         vector_store_id: str,

@@ -337,3 +337,22 @@ async def test_existing_file_ids_is_one_read_of_many(files: SqlFileStore) -> Non
     assert await files.existing_file_ids([]) == set()
     wanted = ["file-b", "file-x", "file-a", "file-b"]
     assert await files.existing_file_ids(wanted) == {"file-a", "file-b"}
+
+
+async def test_named_vector_store_files_reads_records_and_names_at_once(
+    files: SqlFileStore,
+) -> None:
+    await files.create_vector_store(a_store("vs-1"))
+    await files.create_vector_store(a_store("vs-2"))
+    for file_id in ("file-a", "file-b"):
+        await files.add_file(a_file(file_id))
+        await files.put_vector_store_file(a_store_file("vs-1", file_id))
+    await files.put_vector_store_file(a_store_file("vs-2", "file-a"))
+    await files.put_vector_store_file(a_store_file("vs-1", "file-gone"))  # file deleted since
+    named = await files.named_vector_store_files(
+        "vs-1", ["file-a", "file-gone", "file-x", "file-a"]
+    )
+    assert set(named) == {"file-a", "file-gone"}
+    assert named["file-a"] == (await files.get_vector_store_file("vs-1", "file-a"), "file-a.txt")
+    assert named["file-gone"][1] == ""
+    assert await files.named_vector_store_files("vs-1", []) == {}
