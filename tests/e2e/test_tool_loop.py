@@ -500,26 +500,40 @@ def approval_request(
     return first
 
 
+def answer_approval(
+    stack: Stack,
+    counter_url: str,
+    scenario: str,
+    first: JsonObject,
+    streamed: bool,
+    approve: bool,
+    *,
+    reason: str | None = None,
+) -> tuple[list[JsonObject], JsonObject]:
+    """The client's ``mcp_approval_response`` to ``first``'s approval request, continuing it."""
+    answer: JsonObject = {
+        "type": "mcp_approval_response",
+        "approval_request_id": first["output"][2]["id"],
+        "approve": approve,
+    }
+    if reason is not None:
+        answer["reason"] = reason
+    return respond(
+        stack.client,
+        streamed,
+        previous_response_id=first["id"],
+        input=[answer],
+        tools=[cases.counter_tool(counter_url, scenario, require_approval=None)],
+    )
+
+
 @both_modes
 def test_approval_approved_runs_the_call_first(counter_url: str, streamed: bool) -> None:
     scenario = "approval-approve"
     with gateway_stack(cassette(scenario)) as stack:
         first = approval_request(stack.client, counter_url, scenario, streamed)
         request = first["output"][2]
-        tools = [cases.counter_tool(counter_url, scenario, require_approval=None)]
-        events, second = respond(
-            stack.client,
-            streamed,
-            previous_response_id=first["id"],
-            input=[
-                {
-                    "type": "mcp_approval_response",
-                    "approval_request_id": request["id"],
-                    "approve": True,
-                }
-            ],
-            tools=tools,
-        )
+        events, second = answer_approval(stack, counter_url, scenario, first, streamed, True)
         assert second["status"] == "completed"
         output = second["output"]
         assert types(output) == ["mcp_call", "reasoning", "message"]
@@ -551,20 +565,8 @@ def test_approval_declined_tells_the_model(counter_url: str, streamed: bool) -> 
     with gateway_stack(cassette(scenario)) as stack:
         first = approval_request(stack.client, counter_url, scenario, streamed)
         request = first["output"][2]
-        tools = [cases.counter_tool(counter_url, scenario, require_approval=None)]
-        _, second = respond(
-            stack.client,
-            streamed,
-            previous_response_id=first["id"],
-            input=[
-                {
-                    "type": "mcp_approval_response",
-                    "approval_request_id": request["id"],
-                    "approve": False,
-                    "reason": cases.DECLINE_REASON,
-                }
-            ],
-            tools=tools,
+        _, second = answer_approval(
+            stack, counter_url, scenario, first, streamed, False, reason=cases.DECLINE_REASON
         )
         assert second["status"] == "completed"
         assert types(second["output"]) == ["reasoning", "message"]
