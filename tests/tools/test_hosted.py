@@ -118,8 +118,11 @@ async def test_a_dropped_request_completes_without_the_tool_and_its_include() ->
     svc, upstream = service([[message("hello")]], kit)
     body = request(
         [EXEC, WEB_SEARCH, CODE],
-        include=["reasoning.encrypted_content", "web_search_call.action.sources"]
-        + ["code_interpreter_call.outputs"],
+        include=[
+            "reasoning.encrypted_content",
+            "web_search_call.action.sources",
+            "code_interpreter_call.outputs",
+        ],
     )
     final = await svc.create(body, {})
     assert final["status"] == "completed"
