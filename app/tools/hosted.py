@@ -59,7 +59,8 @@ def is_hosted(tool: JsonObject) -> bool:
 @dataclass(slots=True)
 class HostedTools:
     """What the gateway does with a hosted tool it cannot run, per request: ``policy_for``
-    picks the policy for a request body (e.g. from the upstream serving its ``model``)."""
+    picks the policy for a request body (e.g. from the upstream serving its ``model``). The app
+    has one instance, so a dropped tool type is logged once per process."""
 
     default: HostedToolPolicy = "drop"
     policy_for: Callable[[JsonObject], HostedToolPolicy] | None = None
@@ -77,23 +78,26 @@ class HostedTools:
         kind = str(tool.get("type"))
         if policy == "forward":
             return True
-        because = reason or f"the {kind} tool is not run by this gateway"
         if policy == "reject":
+            what = (
+                f"{_capitalized(reason)}, so the {kind} tool cannot be used."
+                if reason
+                else f"This gateway does not run the {kind} tool."
+            )
             raise InvalidRequestError(
-                f"{_capitalized(because)}, so the {kind} tool cannot be used. The operator "
-                f'can set {SETTING} = "drop" to leave it out or "forward" to send it to an '
-                "upstream that runs it.",
+                f'{what} The operator can set {SETTING} = "drop" to leave it out or "forward" '
+                "to send it to an upstream that runs it.",
                 param=f"tools[{index}]",
                 code="invalid_value",
             )
         if kind not in self._warned:
             self._warned.add(kind)
             logger.warning(
-                "Leaving the %s tool out of requests: %s and the upstream is not known to run "
+                "Leaving the %s tool out of requests: %s, and the upstream is not known to run "
                 'it. Set %s (%s) to "forward" to send it upstream or "reject" to refuse such '
                 "requests.",
                 kind,
-                because,
+                reason or "this gateway does not run it",
                 SETTING,
                 ENV_VAR,
             )

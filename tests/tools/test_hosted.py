@@ -194,7 +194,7 @@ async def test_reject_is_a_400_naming_the_tool() -> None:
     kit = toolkit("reject")
     for tools, index, text in [
         ([EXEC, NAMESPACE, WEB_SEARCH], 2, "Web search is not configured on this gateway"),
-        ([EXEC, CODE], 1, "The code_interpreter tool is not run by this gateway"),
+        ([EXEC, CODE], 1, "This gateway does not run the code_interpreter tool."),
         ([{"type": "tool_search"}], 0, "tool_search"),
     ]:
         with pytest.raises(InvalidRequestError) as raised:
