@@ -19,7 +19,7 @@ from app.api.state import GatewayState
 from app.core.files import FilesService
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
-from app.core.ports import Embedder, ResponseStore, Upstream, VectorIndex
+from app.core.ports import Embedder, JsonObject, ResponseStore, Upstream, VectorIndex
 from app.core.service import ResponsesService
 from app.core.vector_stores import VectorStoresService
 from app.retrieval.embeddings import build_embedder
@@ -30,6 +30,7 @@ from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
 from app.tools.file_search import FileSearchToolProvider, VectorStoreSearch
+from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
 from app.tools.mcp_client import McpSessionPool
 from app.tools.registry import GatewayToolKit
@@ -99,11 +100,28 @@ async def build_store(settings: Settings) -> SqlResponseStore:
     return SqlResponseStore(create_engine_for(url))
 
 
+def hosted_tools(settings: Settings, upstream: Upstream | None = None) -> HostedTools:
+    """What to do with hosted tools the gateway cannot run: ``hosted_tools``, or the
+    ``hosted_tools`` of the ``[[upstreams]]`` entry that serves the request's model."""
+    overrides = {u.name: u.hosted_tools for u in settings.resolved_upstreams() if u.hosted_tools}
+    if not overrides or not isinstance(upstream, UpstreamRouter):
+        return HostedTools(settings.hosted_tools)
+    router, default = upstream, settings.hosted_tools
+
+    def policy_for(body: JsonObject) -> HostedToolPolicy:
+        return overrides.get(router.route_for(body.get("model")).name, default)
+
+    return HostedTools(default, policy_for)
+
+
 def build_toolkit(
-    settings: Settings, vector_stores: VectorStoreSearch | None = None
+    settings: Settings,
+    vector_stores: VectorStoreSearch | None = None,
+    upstream: Upstream | None = None,
 ) -> tuple[GatewayToolKit, contextlib.AsyncExitStack]:
     """The gateway's tool providers, and what closes their resources with the app (the
-    configured MCP servers' sessions, the web search provider's HTTP client)."""
+    configured MCP servers' sessions, the web search provider's HTTP client); ``upstream``
+    routes the per-upstream ``hosted_tools``."""
     mcp = settings.mcp
     configured = {
         server.label: ConfiguredMcpServer(
@@ -142,10 +160,14 @@ def build_toolkit(
             ),
         )
         resources.push_async_callback(search.aclose)
-    # Always there: without a provider, a request naming web_search gets a 400 that says so.
+    # Always there: without a provider, web search tools are dropped, refused or forwarded
+    # (hosted_tools), and web_search_call items in the history are still lowered.
     web_search = WebSearchToolProvider(search, max_results=settings.web_search_max_results)
     file_search = FileSearchToolProvider(vector_stores)
-    return GatewayToolKit([provider, web_search, file_search]), resources
+    kit = GatewayToolKit(
+        [provider, web_search, file_search], hosted=hosted_tools(settings, upstream)
+    )
+    return kit, resources
 
 
 def build_vector_index(engine: AsyncEngine) -> VectorIndex:
@@ -237,7 +259,7 @@ def create_app(
             files_service, vector_stores_service = await build_file_search(
                 settings, stack, embedder, database_ready=store is None
             )
-            toolkit, tool_resources = build_toolkit(settings, vector_stores_service)
+            toolkit, tool_resources = build_toolkit(settings, vector_stores_service, active)
             stack.push_async_callback(tool_resources.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,

@@ -15,6 +15,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.tools.hosted import HostedToolPolicy
+
 if TYPE_CHECKING:
     from app.tools.mcp_client import McpServerSpec
 
@@ -143,6 +145,8 @@ class UpstreamConfig(BaseModel):
     send_reasoning_effort: bool = True
     # ask for usage in streams (stream_options.include_usage; off for servers that reject it).
     stream_usage: bool = True
+    # hosted tools the gateway cannot run, for requests routed here (None: hosted_tools).
+    hosted_tools: HostedToolPolicy | None = None
 
     @field_validator("url")
     @classmethod
@@ -199,6 +203,11 @@ class Settings(BaseSettings):
     tool_max_concurrency: int = Field(default=5, ge=1, le=64)
     # Default: None, meaning upstream_read_timeout.
     tool_round_timeout: float | None = Field(default=None, gt=0)
+
+    # A hosted tool the gateway cannot run (no provider for its type, e.g. code_interpreter, or
+    # web_search without web_search_provider): "drop" leaves it out of what the model sees,
+    # "reject" answers 400, "forward" sends it upstream unchanged (an upstream that runs it).
+    hosted_tools: HostedToolPolicy = "drop"
 
     mcp: McpSettings = Field(default_factory=McpSettings)
 

@@ -335,6 +335,9 @@ class PreparedTools:
     # Citations for the answer: each gets the text of an output_text part once it is complete
     # and returns annotations (``url_citation``, ``file_citation``) for what the tools found.
     annotators: list[Callable[[str], list[JsonObject]]] = field(default_factory=list)
+    # The ``include`` the upstream gets, when the toolkit changed the request's (a tool it left
+    # out takes its ``include`` values with it); ``None``: the request's.
+    upstream_include: list[Any] | None = None
 
     async def aclose(self) -> None:
         for closer in self.closers:

@@ -126,6 +126,8 @@ class ResponsesService:
         prepared = await toolkit.prepare(body, history.history_items, history.input_items)
         upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
         include = body.get("include")
+        if prepared.upstream_include is not None:
+            include = prepared.upstream_include
         if isinstance(include, list):
             # What the gateway's own items include (``web_search_call.action.sources`` …) is
             # the gateway's business: an upstream would reject the values it does not know.

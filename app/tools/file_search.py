@@ -244,6 +244,9 @@ class FileSearchToolProvider:
     def __init__(self, search: VectorStoreSearch | None) -> None:
         self._search = search
 
+    def unavailable(self) -> str | None:
+        return "file search has no vector stores on this gateway" if self._search is None else None
+
     async def prepare(
         self,
         tools: list[tuple[int, JsonObject]],

@@ -287,6 +287,9 @@ class McpToolProvider:
         self.pool = pool
         self._pooled_tools: dict[str, tuple[McpSession, list[McpToolInfo]]] = {}
 
+    def unavailable(self) -> str | None:
+        return None  # MCP servers are reached per request
+
     # ------------------------------------------------------------------ prepare
 
     async def prepare(

@@ -1,8 +1,10 @@
 """The per-request tool registry: which tools are the gateway's, under which upstream names.
 
 ``GatewayToolKit`` (the ``core.ports.ToolKit`` the service uses) dispatches each request tool
-to the ``ToolProvider`` of its ``type`` (``mcp`` now; ``web_search`` and ``file_search`` plug in
-the same way) and keeps ``function`` tools, and any type no provider claims, for the client.
+to the ``ToolProvider`` of its ``type`` (``mcp``, ``web_search``, ``file_search``) and keeps
+``function`` tools, and any other client-run type (``custom``, ``namespace`` …), for the client.
+A hosted tool the gateway cannot run (no provider for its type, or a provider that is not
+available) is dropped, refused or forwarded as ``tools.hosted.HostedTools`` says.
 Providers turn their tools into ``function`` tools for the upstream (vLLM only speaks function
 calling), return one ``ToolExecutor`` per function name, and lower the gateway's own items in
 the history (``mcp_call`` …) back to ``function_call`` / ``function_call_output`` pairs.
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 
 from app.core.ports import GatewayCall, PreludeItem, PreparedTools, ToolExecutor
 from app.errors import InvalidRequestError
+from app.tools.hosted import HostedToolPolicy, HostedTools, dropped_include, is_hosted
 
 JsonObject = dict[str, Any]
 
@@ -77,6 +80,11 @@ class ToolProvider(Protocol):
     tool_types: frozenset[str]
     item_types: frozenset[str]
     namespace: str
+
+    def unavailable(self) -> str | None:
+        """Why this provider cannot run its tools on this gateway (e.g. no backend is
+        configured), or ``None`` when it can."""
+        ...
 
     async def prepare(
         self,
@@ -137,18 +145,55 @@ class ExecutorTable(Mapping[str, ToolExecutor]):
 class GatewayToolKit:
     """``core.ports.ToolKit`` over a set of providers, one per gateway tool type."""
 
-    def __init__(self, providers: Sequence[ToolProvider]) -> None:
+    def __init__(
+        self, providers: Sequence[ToolProvider], hosted: HostedTools | None = None
+    ) -> None:
         self._providers = list(providers)
         self._by_tool_type = {t: p for p in self._providers for t in p.tool_types}
         self._item_types = frozenset(t for p in self._providers for t in p.item_types)
+        self._hosted = hosted if hosted is not None else HostedTools()
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         tools = body.get("tools")
-        if isinstance(tools, list) and any(
-            isinstance(tool, dict) and tool.get("type") in self._by_tool_type for tool in tools
-        ):
-            return True
+        if isinstance(tools, list):
+            for tool in (t for t in tools if isinstance(t, dict)):
+                if self._runs(tool):
+                    return True
+                if self._cannot_run(tool) and self._hosted.policy(body) != "forward":
+                    return True  # to drop or refuse it
         return any(item.get("type") in self._item_types for item in items)
+
+    def _runs(self, tool: JsonObject) -> bool:
+        provider = self._by_tool_type.get(str(tool.get("type")))
+        return provider is not None and provider.unavailable() is None
+
+    def _cannot_run(self, tool: JsonObject) -> bool:
+        """A hosted tool without an available provider."""
+        if str(tool.get("type")) in self._by_tool_type:
+            return not self._runs(tool)
+        return is_hosted(tool)
+
+    def _sort(
+        self, tools: list[JsonObject], policy: HostedToolPolicy
+    ) -> tuple[dict[int, list[tuple[int, JsonObject]]], list[JsonObject], list[JsonObject]]:
+        """The gateway's tools by provider, the upstream's (the client's and forwarded hosted
+        ones), and the hosted tools left out."""
+        grouped: dict[int, list[tuple[int, JsonObject]]] = {}
+        upstream_tools: list[JsonObject] = []
+        dropped: list[JsonObject] = []
+        for index, tool in enumerate(tools):
+            provider = self._by_tool_type.get(str(tool.get("type")))
+            if provider is not None and provider.unavailable() is None:
+                grouped.setdefault(id(provider), []).append((index, tool))
+            elif provider is None and not is_hosted(tool):
+                upstream_tools.append(tool)  # the client's (function, custom, namespace …)
+            elif self._hosted.handle(
+                index, tool, provider.unavailable() if provider else None, policy
+            ):
+                upstream_tools.append(tool)
+            else:
+                dropped.append(tool)
+        return grouped, upstream_tools, dropped
 
     async def prepare(
         self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
@@ -157,14 +202,7 @@ class GatewayToolKit:
         tools = [t for t in raw_tools if isinstance(t, dict)] if isinstance(raw_tools, list) else []
         client_names = [str(t.get("name")) for t in tools if t.get("type") == "function"]
         names = NameTable(client_names)
-        grouped: dict[int, list[tuple[int, JsonObject]]] = {}
-        upstream_tools: list[JsonObject] = []
-        for index, tool in enumerate(tools):
-            provider = self._by_tool_type.get(str(tool.get("type")))
-            if provider is None:
-                upstream_tools.append(tool)  # the client's (function, custom, …)
-            else:
-                grouped.setdefault(id(provider), []).append((index, tool))
+        grouped, upstream_tools, dropped = self._sort(tools, self._hosted.policy(body))
         parts = await asyncio.gather(
             *(
                 p.prepare(grouped.get(id(p), []), history, new_input, names, body)
@@ -197,9 +235,16 @@ class GatewayToolKit:
             prepared.annotators.extend(part.annotators)
         table = ExecutorTable(executors, self._providers)
         prepared.executors = table
-        prepared.upstream_tools, prepared.tool_choice = self._apply_choice(
-            body.get("tool_choice"), upstream_tools, table
-        )
+        try:
+            prepared.upstream_tools, prepared.tool_choice = self._apply_choice(
+                body.get("tool_choice"), upstream_tools, table, dropped
+            )
+        except InvalidRequestError:
+            await prepared.aclose()
+            raise
+        include = body.get("include")
+        if dropped and isinstance(include, list):
+            prepared.upstream_include = dropped_include(include, dropped)
         lowered = [*history, *new_input]
         for provider in self._providers:
             lowered = provider.lower(lowered, names)
@@ -209,13 +254,24 @@ class GatewayToolKit:
     # ------------------------------------------------------------------ tool_choice
 
     def _apply_choice(
-        self, choice: Any, upstream_tools: list[JsonObject], table: ExecutorTable
+        self,
+        choice: Any,
+        upstream_tools: list[JsonObject],
+        table: ExecutorTable,
+        dropped: list[JsonObject],
     ) -> tuple[list[JsonObject], Any]:
         """Translate ``tool_choice`` for the upstream; ``allowed_tools`` (and a choice of a whole
-        MCP server) is enforced by offering the upstream only the allowed tools."""
+        MCP server) is enforced by offering the upstream only the allowed tools. A choice the
+        left-out tools made impossible is a 400 naming ``tool_choice``."""
+        if dropped:
+            _check_choice_survives(choice, upstream_tools, dropped)
         if not isinstance(choice, dict):
             return upstream_tools, choice
         kind = choice.get("type")
+        if kind in self._by_tool_type and _family(str(kind)) in {
+            _family(str(t.get("type"))) for t in upstream_tools
+        }:
+            return upstream_tools, choice  # a forwarded hosted tool: the upstream's to choose
         if kind == "allowed_tools":
             allowed: set[str] = set()
             for entry in choice.get("tools") or []:
@@ -249,3 +305,35 @@ class GatewayToolKit:
 
 def _only(tools: list[JsonObject], names: set[str]) -> list[JsonObject]:
     return [t for t in tools if t.get("type") != "function" or t.get("name") in names]
+
+
+def _family(kind: str) -> str:
+    """A tool type without its date and ``_preview`` (``web_search_preview_2025_03_11`` ->
+    ``web_search``): a ``tool_choice`` of one names any of them."""
+    base, _, _ = kind.partition("_20")
+    return base.removesuffix("_preview")
+
+
+def _check_choice_survives(
+    choice: Any, upstream_tools: list[JsonObject], dropped: list[JsonObject]
+) -> None:
+    """Refuse a ``tool_choice`` that needs a tool the gateway left out: one naming it, or
+    ``"required"`` when every tool was left out."""
+    if choice == "required" and not upstream_tools:
+        raise InvalidRequestError(
+            "tool_choice is 'required' but this gateway cannot run any of the request's tools "
+            f"({', '.join(sorted({str(t.get('type')) for t in dropped}))}), so they were left "
+            "out.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if not isinstance(choice, dict) or not isinstance(choice.get("type"), str):
+        return
+    kind = choice["type"]
+    if _family(kind) in {_family(str(t.get("type"))) for t in dropped}:
+        raise InvalidRequestError(
+            f"tool_choice names the {kind} tool, which this gateway cannot run, so it was left "
+            "out of the request.",
+            param="tool_choice",
+            code="invalid_value",
+        )

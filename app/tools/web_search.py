@@ -53,6 +53,9 @@ TOOL_TYPES = frozenset(
 ITEM_TYPES = frozenset({"web_search_call"})
 INCLUDE_SOURCES = "web_search_call.action.sources"
 MAX_QUERIES = 5
+UNAVAILABLE = (
+    "web search is not configured on this gateway (the operator has to set web_search_provider)"
+)
 CONTEXT_SIZES = ("low", "medium", "high")
 # Characters of each result's snippet the model reads, by ``search_context_size``.
 SNIPPET_CHARS = {"low": 300, "medium": 600, "high": 1200}
@@ -396,8 +399,9 @@ class WebSearchExecutor:
 class WebSearchToolProvider:
     """The ``web_search`` tool types (``tools.registry.ToolProvider``).
 
-    ``search`` is ``None`` when the gateway has no search backend: a request that names a web
-    search tool is then refused with a 400 (history items are still lowered).
+    ``search`` is ``None`` when the gateway has no search backend: the provider is then
+    ``unavailable`` and the registry drops, refuses or forwards the request's web search tools
+    (``tools.hosted``); history items are still lowered.
     """
 
     tool_types = TOOL_TYPES
@@ -407,6 +411,9 @@ class WebSearchToolProvider:
     def __init__(self, search: SearchProvider | None, *, max_results: int = 5) -> None:
         self.search = search
         self.max_results = max_results
+
+    def unavailable(self) -> str | None:
+        return UNAVAILABLE if self.search is None else None
 
     async def prepare(
         self,
@@ -419,13 +426,9 @@ class WebSearchToolProvider:
         out = ProviderTools()
         if not tools:
             return out
-        if self.search is None:
-            index = tools[0][0]
+        if self.search is None:  # the registry sends no tools to an unavailable provider
             raise InvalidRequestError(
-                "Web search is not configured on this gateway (the operator has to set "
-                "web_search_provider), so the web_search tool cannot be used.",
-                param=f"tools[{index}]",
-                code="invalid_value",
+                f"{UNAVAILABLE.capitalize()}.", param=f"tools[{tools[0][0]}]", code="invalid_value"
             )
         include = request.get("include")
         include_sources = isinstance(include, list) and INCLUDE_SOURCES in include

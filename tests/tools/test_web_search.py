@@ -17,6 +17,7 @@ from app.core.service import ResponsesService
 from app.errors import InvalidRequestError
 from app.main import create_app
 from app.settings import Settings
+from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import McpToolProvider
 from app.tools.registry import GatewayToolKit, NameTable
 from app.tools.search_providers import (
@@ -103,11 +104,17 @@ class FakeSearch:
 
 
 def make_service(
-    rounds: list[list[JsonObject]], search: Any, **limits: Any
+    rounds: list[list[JsonObject]],
+    search: Any,
+    hosted: HostedToolPolicy = "drop",
+    **limits: Any,
 ) -> tuple[ResponsesService, ScriptedUpstream, MemoryResponseStore]:
     upstream = ScriptedUpstream(rounds)
     store = MemoryResponseStore()
-    kit = GatewayToolKit([McpToolProvider(), WebSearchToolProvider(search, max_results=3)])
+    kit = GatewayToolKit(
+        [McpToolProvider(), WebSearchToolProvider(search, max_results=3)],
+        hosted=HostedTools(hosted),
+    )
     service = ResponsesService(upstream, store, toolkit=kit, limits=LoopLimits(**limits))
     return service, upstream, store
 
@@ -353,8 +360,8 @@ async def test_invalid_tool_fields_are_a_400_naming_them(tool: JsonObject, param
     assert raised.value.param == param
 
 
-async def test_without_a_provider_a_web_search_tool_is_a_400() -> None:
-    service, upstream, _ = make_service([], None)
+async def test_without_a_provider_a_rejected_web_search_tool_is_a_400() -> None:
+    service, upstream, _ = make_service([], None, hosted="reject")
     with pytest.raises(InvalidRequestError) as raised:
         await service.create(
             body(tools=[{"type": "function", "name": "f"}, {"type": "web_search"}]), {}
@@ -364,8 +371,8 @@ async def test_without_a_provider_a_web_search_tool_is_a_400() -> None:
     assert upstream.requests == []
 
 
-def test_without_a_provider_the_http_answer_is_a_400_envelope() -> None:
-    app = create_app(Settings(), upstream=ScriptedUpstream([]))
+def test_without_a_provider_a_rejected_tool_is_a_400_envelope() -> None:
+    app = create_app(Settings(hosted_tools="reject"), upstream=ScriptedUpstream([]))
     with serve_in_thread(app) as gateway:
         for tool_type in ("web_search", "web_search_preview", "web_search_2025_08_26"):
             reply = httpx.post(

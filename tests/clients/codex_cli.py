@@ -1,0 +1,107 @@
+"""Codex CLI (npm ``@openai/codex``) for the tests, pinned in codex/package.json and
+codex/package-lock.json; ``npm ci`` installs it into codex/node_modules (git-ignored) when it is
+missing, as ``tests/mcp_servers/everything.py`` does for server-everything."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent / "codex"
+ENTRY_POINT = PACKAGE_DIR / "node_modules" / "@openai" / "codex" / "bin" / "codex.js"
+
+INSTALL_TIMEOUT = 600.0
+RUN_TIMEOUT = 180.0
+API_KEY_ENV = "RESPGATE_CODEX_TEST_KEY"
+
+
+class NodeUnavailableError(RuntimeError):
+    """node or npm is not installed."""
+
+
+def ensure_installed() -> Path:
+    """Codex's entry point, running ``npm ci`` first if node_modules lacks it."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        raise NodeUnavailableError("Node.js and npm are needed to run Codex CLI")
+    if not ENTRY_POINT.is_file():
+        completed = subprocess.run(
+            ["npm", "ci", "--no-audit", "--no-fund"],
+            cwd=PACKAGE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=INSTALL_TIMEOUT,
+            check=False,
+        )
+        if completed.returncode != 0 or not ENTRY_POINT.is_file():
+            raise RuntimeError(
+                f"npm ci in {PACKAGE_DIR} failed (exit code {completed.returncode}):\n"
+                f"{completed.stdout[-2000:]}\n{completed.stderr[-4000:]}"
+            )
+    return ENTRY_POINT
+
+
+def config_toml(base_url: str) -> str:
+    """A Codex config.toml pointing Codex at ``base_url`` (the gateway's ``/v1``), with what
+    phones home turned off; Codex's tools are left at their defaults."""
+    return f"""\
+model_provider = "respgate"
+check_for_update_on_startup = false
+
+[model_providers.respgate]
+name = "respgate"
+base_url = "{base_url}"
+env_key = "{API_KEY_ENV}"
+wire_api = "responses"
+
+[analytics]
+enabled = false
+
+[feedback]
+enabled = false
+
+[otel]
+exporter = "none"
+"""
+
+
+@dataclass(frozen=True)
+class CodexRun:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_codex_exec(base_url: str, prompt: str, home: Path, model: str | None = None) -> CodexRun:
+    """``codex exec PROMPT`` in a fresh ``CODEX_HOME`` (``home/codex``) and working directory
+    (``home/work``), talking only to ``base_url``: any other connection goes to a dead proxy."""
+    entry_point = ensure_installed()
+    codex_home, work = home / "codex", home / "work"
+    codex_home.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    (codex_home / "config.toml").write_text(config_toml(base_url))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "CODEX_HOME": str(codex_home),
+        API_KEY_ENV: "sk-dummy",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "NO_PROXY": "127.0.0.1,localhost",
+    }
+    command = ["node", str(entry_point), "exec", "--strict-config", "--skip-git-repo-check"]
+    if model is not None:
+        command += ["-m", model]
+    completed = subprocess.run(
+        [*command, prompt],
+        cwd=work,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    return CodexRun(completed.returncode, completed.stdout, completed.stderr)
