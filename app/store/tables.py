@@ -305,7 +305,8 @@ def compare_type(
     compare every other column."""
     if metadata_column.table.name != chunks.name or metadata_column.name != "embedding":
         return None
-    if isinstance(inspected_type, PgVector):
+    # PgVector, or the ``pgvector`` package's own type where that package is installed
+    if isinstance(inspected_type, PgVector) or type(inspected_type).__name__.upper() == "VECTOR":
         return False
     if isinstance(inspected_type, postgresql.ARRAY):
         return not isinstance(inspected_type.item_type, postgresql.REAL)
