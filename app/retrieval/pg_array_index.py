@@ -7,10 +7,11 @@ Used where ``chunks.embedding`` is a plain ``real[]`` (a server without pgvector
   store's embeddings are loaded once into a numpy matrix (``app.retrieval.matrix``), cached
   by the store's version in ``chunk_versions`` (one primary-key read per search tells whether
   the copy is current; writes by other gateway processes are seen), and patched by this
-  process's own writes. A search is then a matrix-vector product (~0.6 ms at 10k chunks of
-  384 dimensions) plus a read of the hits' texts; the first search of a store reads its
-  embeddings (~0.25 s per 10k such chunks here). Chunks of another dimension than the query's
-  are left out.
+  process's own writes. A search is then a matrix-vector product plus a read of the hits'
+  texts; the first search of a store in a process reads all its embeddings (10k chunks of 384
+  dimensions: ~0.7 s, then ~20 ms a search, on 2 busy cores; pgvector scans them in the
+  database instead, and needs no memory in the gateway). Chunks of another dimension than the
+  query's are left out.
 - **Keyword search**: the ``tsv`` column, as ``PgVectorIndex`` (``pg_shared``).
 - **Hybrid**: both rankings fused by reciprocal rank (``fusion.fuse_hits``).
 
