@@ -423,5 +423,5 @@ def build_embedder(
 
 
 def _unavailable(reason: str) -> UnavailableEmbedder:
-    logger.warning("file search has no embedding model: %s", reason)
+    logger.warning("%s", reason)  # "File search has no embedding model: <why>"
     return UnavailableEmbedder(reason)
