@@ -9,7 +9,8 @@ when the server has the extension: ``CREATE EXTENSION IF NOT EXISTS vector`` (in
 without the privilege to create it, the column stays ``real[]`` and a warning says so), then
 ``ALTER TABLE chunks ALTER COLUMN embedding TYPE vector USING embedding::vector`` (pgvector's
 cast from ``real[]``; existing chunks are converted in place). So installing pgvector later
-and running ``respgate migrate`` again switches a running deployment over.
+and running ``respgate migrate`` again switches a deployment over (gateways running meanwhile
+pick their index at start-up: restart them).
 
 At start-up the gateway picks its index by the column's type (:func:`read_pgvector_state`):
 ``vector`` -> ``PgVectorIndex``, ``real[]`` -> ``PgArrayIndex`` (exact search in the gateway).
@@ -123,5 +124,8 @@ def use_pgvector_for_embeddings(connection: Connection) -> bool:
         f"USING embedding::{schema}.vector"
     )
     connection.exec_driver_sql(EMBEDDING_STORAGE_MAIN)
-    logger.info("chunks.embedding switched from real[] to pgvector's vector (file search index)")
+    logger.info(
+        "chunks.embedding switched from real[] to pgvector's vector: restart running gateways "
+        "so that file search uses the pgvector index"
+    )
     return True
