@@ -23,6 +23,7 @@ from app.core.ports import Embedder, JsonObject, ResponseStore, Upstream, Vector
 from app.core.service import ResponsesService
 from app.core.vector_stores import VectorStoresService
 from app.retrieval.embeddings import build_embedder
+from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
@@ -170,15 +171,10 @@ def build_toolkit(
     return kit, resources
 
 
-def build_vector_index(engine: AsyncEngine) -> VectorIndex:
-    """The chunk index in the store's database: pgvector on PostgreSQL, else SQLite's."""
-    if engine.dialect.name == "postgresql":
-        from app.retrieval.pg_index import PgVectorIndex
-
-        return PgVectorIndex(engine)
-    from app.retrieval.sqlite_index import SqliteVectorIndex
-
-    return SqliteVectorIndex(engine)
+async def build_vector_index(engine: AsyncEngine) -> VectorIndex:
+    """The chunk index in the store's database: SQLite's; on PostgreSQL pgvector's, or the
+    exact index in the gateway where pgvector is not there (a log line says which)."""
+    return await open_vector_index(engine)
 
 
 async def build_file_search(
@@ -208,7 +204,7 @@ async def build_file_search(
             stack.push_async_callback(closer)
     file_store = SqlFileStore(engine)
     blobs = DiskBlobStore(settings.data_dir / "files")
-    index = build_vector_index(engine)
+    index = await build_vector_index(engine)
     index_closer = getattr(index, "aclose", None)  # the SQLite index's read connections
     if index_closer is not None:
         stack.push_async_callback(index_closer)

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Connection
 
 from app.settings import load_settings
 from app.store.migrate import create_migration_engine, ensure_sqlite_directory
-from app.store.tables import include_name, metadata
+from app.store.tables import compare_type, include_name, metadata
 
 config = context.config
 target_metadata = metadata
@@ -48,7 +48,10 @@ def database_url() -> str:
 
 def configure(**options: Any) -> None:
     context.configure(
-        target_metadata=target_metadata, compare_type=True, include_name=include_name, **options
+        target_metadata=target_metadata,
+        compare_type=compare_type,
+        include_name=include_name,
+        **options,
     )
 
 

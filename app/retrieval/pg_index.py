@@ -1,5 +1,8 @@
 """``PgVectorIndex``: the ``VectorIndex`` port on PostgreSQL with pgvector.
 
+Used where ``chunks.embedding`` is pgvector's ``vector`` (``app.store.pgvector``; without
+pgvector it is ``real[]`` and ``PgArrayIndex`` serves file search).
+
 - **Semantic**: pgvector's cosine distance ``<=>``, an exact scan of the vector store's chunks
   (``ORDER BY embedding <=> query LIMIT n``). ``chunks.embedding`` is a ``vector`` without a
   fixed dimension, so it cannot carry an HNSW or IVFFlat index (both need ``vector(384)`` or
@@ -8,9 +11,7 @@
   ~13 ms at 10k and ~90 ms at 100k chunks per store (bench/README.md, "File search index"),
   with the vectors kept in the rows (``SET STORAGE MAIN``, migration 0002: out of line in
   TOAST it was 6x slower). Rows of another dimension than the query's are skipped.
-- **Keyword**: the generated ``tsv`` column (``to_tsvector('simple', text)``, GIN index)
-  matched with ``websearch_to_tsquery('simple', ...)`` of the user's terms, quoted and OR-ed
-  (``fusion.query_terms``), ranked by ``ts_rank_cd``.
+- **Keyword**: the generated ``tsv`` column, ranked by ``ts_rank_cd`` (``pg_shared``).
 - **Hybrid**: both rankings fused by reciprocal rank (``fusion.fuse_hits``).
 
 Vectors travel as pgvector's text form (``[0.1,0.2,...]``, orjson) with an explicit cast, so
@@ -23,31 +24,19 @@ concurrent ``replace_file_chunks`` of the same file cannot leave both sets of ch
 from __future__ import annotations
 
 import orjson
-from sqlalchemy import TextClause, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ports import IndexedChunk, SearchHit
-from app.retrieval.fusion import (
-    RankedIndex,
-    keyword_score,
-    query_terms,
-    semantic_score,
-)
+from app.retrieval import pg_shared
+from app.retrieval.fusion import RankedIndex, semantic_score
+from app.retrieval.pg_shared import DELETE_FILE, DELETE_STORE, IN_FILES, restricted
+from app.store.pgvector import PGVECTOR_INSTALL_HINT
 
 _EXTENSION_SCHEMA = text(
     "SELECT quote_ident(n.nspname) FROM pg_extension AS e "
     "JOIN pg_namespace AS n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
 )
-_LOCK_FILE = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
-_DELETE_FILE = text(
-    "DELETE FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id"
-)
-_DELETE_STORE = text("DELETE FROM chunks WHERE vector_store_id = :vector_store_id")
-_FILE_CHUNKS = text(
-    "SELECT text FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id "
-    "ORDER BY position, id"
-)
-_IN_FILES = "AND file_id IN (SELECT json_array_elements_text(CAST(:file_ids AS json))) "
 
 
 def vector_literal(embedding: list[float]) -> str:
@@ -74,21 +63,14 @@ class _Statements:
             f"AND {schema}.vector_dims(embedding) = :dims "
             "{files}ORDER BY distance, id LIMIT :limit"
         )
-        keyword = (
-            "SELECT file_id, position, text, ts_rank_cd(tsv, query) AS relevance "
-            "FROM chunks, websearch_to_tsquery('simple', :query) AS query "
-            "WHERE vector_store_id = :vector_store_id AND tsv @@ query "
-            "{files}ORDER BY relevance DESC, id LIMIT :limit"
-        )
         self.semantic = text(semantic.format(files=""))
-        self.semantic_in_files = text(semantic.format(files=_IN_FILES))
-        self.keyword = text(keyword.format(files=""))
-        self.keyword_in_files = text(keyword.format(files=_IN_FILES))
+        self.semantic_in_files = text(semantic.format(files=IN_FILES))
 
 
 class PgVectorIndex(RankedIndex):
     """The ``VectorIndex`` port on a PostgreSQL engine (``create_engine_for``) whose database
-    has the pgvector extension (migration 0002 creates it). The engine is the caller's."""
+    has pgvector and whose ``chunks.embedding`` is its ``vector`` (``respgate migrate`` switches
+    it where the server has pgvector). The engine is the caller's."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         if engine.dialect.name != "postgresql":
@@ -101,8 +83,8 @@ class PgVectorIndex(RankedIndex):
             schema = await conn.scalar(_EXTENSION_SCHEMA)
             if schema is None:
                 raise RuntimeError(
-                    "the pgvector extension is not installed in this database "
-                    "(run `respgate migrate`, which creates it)"
+                    f"the pgvector extension is not installed in this database: "
+                    f"{PGVECTOR_INSTALL_HINT}"
                 )
             self._sql = _Statements(str(schema))
         return self._sql
@@ -127,7 +109,7 @@ class PgVectorIndex(RankedIndex):
             sql = await self._statements(conn)
             await self._lock_file(conn, vector_store_id, file_id)
             await conn.execute(
-                _DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
+                DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
             )
             if rows:
                 await conn.execute(sql.insert, rows)
@@ -136,25 +118,21 @@ class PgVectorIndex(RankedIndex):
         async with self._engine.begin() as conn:
             await self._lock_file(conn, vector_store_id, file_id)
             await conn.execute(
-                _DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
+                DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
             )
 
     async def delete_store(self, vector_store_id: str) -> None:
         async with self._engine.begin() as conn:
-            await conn.execute(_DELETE_STORE, {"vector_store_id": vector_store_id})
+            await conn.execute(DELETE_STORE, {"vector_store_id": vector_store_id})
 
     @staticmethod
     async def _lock_file(conn: AsyncConnection, vector_store_id: str, file_id: str) -> None:
-        await conn.execute(_LOCK_FILE, {"key": f"respgate-chunks:{vector_store_id}:{file_id}"})
+        await pg_shared.lock(conn, f"respgate-chunks:{vector_store_id}:{file_id}")
 
     # ---------------------------------------------------------------- reads
 
     async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
-        async with self._engine.connect() as conn:
-            result = await conn.execute(
-                _FILE_CHUNKS, {"vector_store_id": vector_store_id, "file_id": file_id}
-            )
-            return [str(chunk_text) for chunk_text in result.scalars()]
+        return await pg_shared.file_chunks(self._engine, vector_store_id, file_id)
 
     async def semantic(
         self,
@@ -172,7 +150,7 @@ class PgVectorIndex(RankedIndex):
         }
         async with self._engine.connect() as conn:
             sql = await self._statements(conn)
-            statement = _restricted(sql.semantic, sql.semantic_in_files, file_ids, params)
+            statement = restricted(sql.semantic, sql.semantic_in_files, file_ids, params)
             result = await conn.execute(statement, params)
             return [
                 SearchHit(
@@ -185,31 +163,4 @@ class PgVectorIndex(RankedIndex):
         self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
     ) -> list[SearchHit]:
         """The ``limit`` best full-text matches of ``query`` (``ts_rank_cd``), best first."""
-        terms = query_terms(query)
-        if not terms:
-            return []
-        params: dict[str, object] = {
-            "vector_store_id": vector_store_id,
-            "query": " or ".join(f'"{term}"' for term in terms),
-            "limit": limit,
-        }
-        async with self._engine.connect() as conn:
-            sql = await self._statements(conn)
-            statement = _restricted(sql.keyword, sql.keyword_in_files, file_ids, params)
-            result = await conn.execute(statement, params)
-            return [
-                SearchHit(str(file_id), int(position), str(chunk_text), keyword_score(relevance))
-                for file_id, position, chunk_text, relevance in result
-            ]
-
-
-def _restricted(
-    everywhere: TextClause,
-    in_files: TextClause,
-    file_ids: list[str] | None,
-    params: dict[str, object],
-) -> TextClause:
-    if file_ids is None:
-        return everywhere
-    params["file_ids"] = orjson.dumps(list(file_ids)).decode()
-    return in_files
+        return await pg_shared.keyword_hits(self._engine, vector_store_id, query, limit, file_ids)

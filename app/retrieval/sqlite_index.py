@@ -8,9 +8,9 @@ their text is indexed by the FTS5 table ``chunks_fts``, which triggers keep in s
   sqlite-vec (``bench/index_bench.py``, figures and reasons in bench/README.md, "File search
   index"): a whole search takes ~0.6 ms at 10k and ~11 ms at 100k chunks of 384 dimensions,
   8-16x less than sqlite-vec's vec0 KNN alone, and needs no SQLite extension (the Python here
-  cannot even load one) nor a second copy of the vectors. Products over
-  ``THREAD_MIN_ROWS`` rows run in a worker thread (BLAS releases the GIL), not in the event
-  loop.
+  cannot even load one) nor a second copy of the vectors (``app.retrieval.matrix``, shared with
+  ``PgArrayIndex``). Products over ``THREAD_MIN_ROWS`` rows run in a worker thread (BLAS
+  releases the GIL), not in the event loop.
 - **The cache** holds one matrix per (vector store, dimension), least recently used first out
   past ``cache_bytes``. Every write to a store's chunks sets a new random version in
   ``chunk_versions`` in the same transaction; a search reads it (one primary-key lookup) and
@@ -29,13 +29,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 from sqlalchemy import Delete, delete, insert, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -47,6 +44,7 @@ from app.retrieval.fusion import (
     query_terms,
     semantic_score,
 )
+from app.retrieval.matrix import Matrix, MatrixCache, matrix_of, query_vector, top_rows
 from app.store import tables
 from app.store.engine import SQLITE_BEGIN, json_dumps
 from app.store.inline import InlineSqliteReader, inline_database_path
@@ -55,11 +53,6 @@ from app.store.tables import chunk_versions
 logger = logging.getLogger(__name__)
 
 DEFAULT_CACHE_BYTES = 1 << 30
-# Matrix products (and cache patches) over this many rows leave the event loop.
-THREAD_MIN_ROWS = 20_000
-
-FloatArray = npt.NDArray[np.float32]
-IntArray = npt.NDArray[np.int64]
 
 _KEYWORD_SQL = text(
     "SELECT c.file_id, c.position, c.text, -bm25(chunks_fts) AS relevance "
@@ -84,122 +77,13 @@ def encode_embedding(embedding: Sequence[float]) -> bytes:
     return vector.tobytes()
 
 
-@dataclass(frozen=True, slots=True)
-class _Matrix:
-    """A vector store's embeddings of one dimension, as loaded at ``version``."""
-
-    version: int | None
-    ids: IntArray
-    files: npt.NDArray[np.int32]  # codes into file_names
-    file_names: tuple[str, ...]
-    vectors: FloatArray
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.vectors.nbytes + self.ids.nbytes + self.files.nbytes)
-
-    def file_rows(self, file_ids: Sequence[str]) -> npt.NDArray[np.intp]:
-        wanted = set(file_ids)
-        codes = [code for code, name in enumerate(self.file_names) if name in wanted]
-        return np.flatnonzero(np.isin(self.files, np.asarray(codes, dtype=np.int32)))
-
-    def top(self, query: FloatArray, rows: npt.NDArray[np.intp] | None, k: int) -> list[int]:
-        """Row numbers of the ``k`` best cosine similarities, best first (restricted to
-        ``rows`` when given)."""
-        vectors = self.vectors if rows is None else self.vectors[rows]
-        if vectors.shape[0] == 0 or k <= 0:
-            return []
-        scores = vectors @ query
-        if k < scores.shape[0]:
-            best = np.argpartition(-scores, k - 1)[:k]
-        else:
-            best = np.arange(scores.shape[0])
-        best = best[np.argsort(-scores[best], kind="stable")]
-        picked = best if rows is None else rows[best]
-        return [int(row) for row in picked]
-
-    def without_file(self, file_id: str) -> _Matrix:
-        if file_id not in self.file_names:
-            return self
-        keep = self.files != self.file_names.index(file_id)
-        return _Matrix(
-            self.version, self.ids[keep], self.files[keep], self.file_names, self.vectors[keep]
-        )
-
-    def with_rows(self, file_id: str, ids: Sequence[int], vectors: FloatArray) -> _Matrix:
-        names = self.file_names
-        if file_id not in names:
-            names = (*names, file_id)
-        code = names.index(file_id)
-        return _Matrix(
-            self.version,
-            np.concatenate([self.ids, np.asarray(ids, dtype=np.int64)]),
-            np.concatenate([self.files, np.full(len(ids), code, dtype=np.int32)]),
-            names,
-            np.concatenate([self.vectors, vectors]),
-        )
-
-    def at_version(self, version: int | None) -> _Matrix:
-        return _Matrix(version, self.ids, self.files, self.file_names, self.vectors)
-
-
-def _build_matrix(version: int | None, dim: int, rows: Sequence[Sequence[Any]]) -> _Matrix:
+def _build_matrix(version: int | None, dim: int, rows: Sequence[Sequence[Any]]) -> Matrix:
     """A matrix from (id, file_id, embedding blob) rows; rows of another dimension are left
     out (a store whose embedder changed holds both until its files are re-indexed)."""
     size = 4 * dim
     kept = [row for row in rows if len(row[2]) == size]
-    names: dict[str, int] = {}
-    codes = np.fromiter(
-        (names.setdefault(row[1], len(names)) for row in kept), dtype=np.int32, count=len(kept)
-    )
-    ids = np.fromiter((row[0] for row in kept), dtype=np.int64, count=len(kept))
     vectors = np.frombuffer(b"".join(row[2] for row in kept), dtype="<f4").reshape(len(kept), dim)
-    return _Matrix(version, ids, codes, tuple(names), vectors.astype(np.float32, copy=False))
-
-
-def _patched(entry: _Matrix, file_id: str, rows: list[tuple[int, bytes]], version: int) -> _Matrix:
-    """``entry`` with the file's rows replaced by ``rows`` (id, blob), at ``version``."""
-    matrix = entry.without_file(file_id)
-    if rows:
-        blob = b"".join(row[1] for row in rows)
-        vectors = np.frombuffer(blob, dtype="<f4").reshape(len(rows), entry.vectors.shape[1])
-        matrix = matrix.with_rows(file_id, [row[0] for row in rows], vectors)
-    return matrix.at_version(version)
-
-
-class _MatrixCache:
-    """(vector store, dim) -> matrix, least recently used evicted past ``max_bytes`` (the
-    matrix just used always stays)."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self._max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int], _Matrix] = OrderedDict()
-        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
-
-    def get(self, key: tuple[str, int]) -> _Matrix | None:
-        entry = self._entries.get(key)
-        if entry is not None:
-            self._entries.move_to_end(key)
-        return entry
-
-    def put(self, key: tuple[str, int], entry: _Matrix) -> None:
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        total = sum(matrix.nbytes for matrix in self._entries.values())
-        while total > self._max_bytes and len(self._entries) > 1:
-            _old_key, old = self._entries.popitem(last=False)
-            total -= old.nbytes
-
-    def lock(self, key: tuple[str, int]) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
-
-    def store_keys(self, vector_store_id: str) -> list[tuple[str, int]]:
-        return [key for key in self._entries if key[0] == vector_store_id]
-
-    def drop_store(self, vector_store_id: str) -> None:
-        for key in self.store_keys(vector_store_id):
-            del self._entries[key]
-            self._locks.pop(key, None)
+    return matrix_of(version, [row[0] for row in kept], [row[1] for row in kept], vectors)
 
 
 class SqliteVectorIndex(RankedIndex):
@@ -224,7 +108,7 @@ class SqliteVectorIndex(RankedIndex):
         self._write_lock = asyncio.Lock()
         # Single-statement reads: no transaction (one round trip less to aiosqlite's thread).
         self._reader = engine.execution_options(**{SQLITE_BEGIN: None})
-        self._cache = _MatrixCache(cache_bytes)
+        self._cache = MatrixCache(cache_bytes)
         path = inline_database_path(engine.url) if inline_reads else None
         self._inline = InlineSqliteReader(path) if path else None
 
@@ -298,13 +182,13 @@ class SqliteVectorIndex(RankedIndex):
                     .order_by(table.c.id)
                 )
                 ids = [int(row_id) for row_id in result.scalars()]
-        await self._patch(vector_store_id, old, new, file_id, ids, blobs)
+        await self._patch(vector_store_id, (old, new), file_id, ids, blobs)
 
     async def delete_file(self, vector_store_id: str, file_id: str) -> None:
         async with self._write(vector_store_id) as (conn, old):
             new = await self._set_version(conn, vector_store_id)
             await conn.execute(_delete_file(vector_store_id, file_id))
-        await self._patch(vector_store_id, old, new, file_id, [], [])
+        await self._patch(vector_store_id, (old, new), file_id, [], [])
 
     async def delete_store(self, vector_store_id: str) -> None:
         async with self._write(vector_store_id) as (conn, _old):
@@ -319,25 +203,17 @@ class SqliteVectorIndex(RankedIndex):
     async def _patch(
         self,
         vector_store_id: str,
-        old: int | None,
-        new: int,
+        versions: tuple[int | None, int],
         file_id: str,
         ids: list[int],
         blobs: list[bytes],
     ) -> None:
-        """Bring this process's cached matrices of the store from ``old`` to ``new`` (the
-        write just committed); a matrix of another version is left to be reloaded."""
-        for key in self._cache.store_keys(vector_store_id):
-            entry = self._cache.get(key)
-            if entry is None or entry.version != old:
-                continue
-            size = 4 * key[1]
-            kept = [pair for pair in zip(ids, blobs, strict=True) if len(pair[1]) == size]
-            if entry.ids.shape[0] >= THREAD_MIN_ROWS:
-                patched = await asyncio.to_thread(_patched, entry, file_id, kept, new)
-            else:
-                patched = _patched(entry, file_id, kept, new)
-            self._cache.put(key, patched)
+        """This process's cached matrices of the store follow the write just committed."""
+        rows = [
+            (chunk_id, np.frombuffer(blob, dtype="<f4"))
+            for chunk_id, blob in zip(ids, blobs, strict=True)
+        ]
+        await self._cache.patch(vector_store_id, versions, file_id, rows)
 
     # ---------------------------------------------------------------- reads
 
@@ -359,24 +235,15 @@ class SqliteVectorIndex(RankedIndex):
         file_ids: list[str] | None = None,
     ) -> list[SearchHit]:
         """The ``limit`` chunks nearest to ``embedding`` (exact), best first."""
-        query = np.asarray(embedding, dtype=np.float32)
-        if query.ndim != 1 or query.size == 0:
-            raise ValueError("the query embedding is a non-empty list of floats")
+        query = query_vector(embedding)
         matrix = await self._matrix(vector_store_id, int(query.size))
-        rows = None if file_ids is None else matrix.file_rows(file_ids)
-        size = matrix.ids.shape[0] if rows is None else rows.shape[0]
-        if size == 0:
+        ids, scores = await top_rows(matrix, query, limit, file_ids)
+        if not ids:
             return []
-        if size >= THREAD_MIN_ROWS:
-            best = await asyncio.to_thread(matrix.top, query, rows, limit)
-        else:
-            best = matrix.top(query, rows, limit)
-        scores = matrix.vectors[best] @ query
-        ids = [int(matrix.ids[row]) for row in best]
         fetched = await self._fetch(_BY_IDS_SQL, (json_dumps(ids),))
         found = {int(row[0]): row for row in fetched}
         hits: list[SearchHit] = []
-        for chunk_id, score in zip(ids, scores.tolist(), strict=True):
+        for chunk_id, score in zip(ids, scores, strict=True):
             row = found.get(chunk_id)
             if row is None:  # deleted since the matrix was read
                 continue
@@ -404,7 +271,7 @@ class SqliteVectorIndex(RankedIndex):
                 for file_id, position, chunk_text, relevance in result
             ]
 
-    async def _matrix(self, vector_store_id: str, dim: int) -> _Matrix:
+    async def _matrix(self, vector_store_id: str, dim: int) -> Matrix:
         key = (vector_store_id, dim)
         rows = await self._fetch(_VERSION_SQL, (vector_store_id,))
         version = int(rows[0][0]) if rows else None

@@ -23,7 +23,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.store.tables import metadata
+from app.store.tables import USE_PGVECTOR, metadata
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +135,13 @@ def _on_sqlite_begin(connection: Connection) -> None:
         connection.exec_driver_sql(statement)
 
 
-async def create_schema(engine: AsyncEngine) -> None:
-    """Create every table (tests and benchmarks; deployments run the Alembic migrations)."""
+async def create_schema(engine: AsyncEngine, *, pgvector: bool = True) -> None:
+    """Create every table (tests and benchmarks; deployments run the Alembic migrations).
+
+    PostgreSQL: ``chunks.embedding`` becomes pgvector's ``vector`` where the server has the
+    extension, as ``respgate migrate`` does, unless ``pgvector`` is False (then ``real[]``).
+    Tables that exist are left as they are."""
     async with engine.begin() as conn:
+        if not pgvector:
+            await conn.execution_options(**{USE_PGVECTOR: False})
         await conn.run_sync(metadata.create_all)

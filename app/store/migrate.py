@@ -14,6 +14,10 @@ inside the caller's event loop and inside one transaction:
 
 The embedded SQLite database is migrated automatically at startup; a PostgreSQL database never
 is: an out-of-date schema there is an error telling the operator to run ``respgate migrate``.
+On PostgreSQL every upgrade ends, in the same transaction, by switching ``chunks.embedding`` to
+pgvector's type where the server has the extension (``app.store.pgvector``): a database
+migrated without pgvector switches when pgvector is installed and ``respgate migrate`` runs
+again.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from app.store.pgvector import use_pgvector_for_embeddings
 from migrations import SCRIPT_LOCATION
 
 logger = logging.getLogger(__name__)
@@ -176,6 +181,8 @@ async def upgrade_to_head(url: str) -> str:
     async with _transaction(url, "migrating") as connection:
         before = await connection.run_sync(_current)
         after = await connection.run_sync(_run_command, lambda c: command.upgrade(c, "heads"))
+        if connection.dialect.name == "postgresql":
+            await connection.run_sync(use_pgvector_for_embeddings)
     if before != after:
         logger.info(
             "database %s migrated from %s to %s",

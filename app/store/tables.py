@@ -1,6 +1,7 @@
 """The schema. Alembic migrations in migrations/ build exactly this (``target_metadata``), plus
 the chunk index's full-text objects that the metadata cannot describe (created by DDL events
-here too; ``include_name`` keeps them out of alembic's comparisons).
+here too; ``include_name`` keeps them out of alembic's comparisons, and ``compare_type`` accepts
+either form of ``chunks.embedding`` on PostgreSQL: ``real[]``, or pgvector's ``vector``).
 
 Items are stored once, keyed by their public id. A response keeps its continuation checkpoint
 as an ordered JSON list of item ids, and a conversation its items as ordered rows, so that
@@ -29,9 +30,12 @@ from sqlalchemy import (
     Text,
     event,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import base as postgresql_base
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
+
+from app.store.pgvector import EMBEDDING_STORAGE_MAIN, use_pgvector_for_embeddings
 
 # Version of the item payload layout; bump it with a migration that rewrites old payloads.
 ITEM_SCHEMA_VERSION = 1
@@ -170,16 +174,17 @@ postgresql_base.ischema_names.setdefault("vector", PgVector)
 
 
 class Embedding(TypeDecorator[Any]):
-    """A chunk's embedding: pgvector ``vector`` on PostgreSQL; on SQLite a BLOB of float32
-    little-endian values (already L2-normalized). The vector index writes and reads the
-    column itself, in its backend's format."""
+    """A chunk's embedding (already L2-normalized). On SQLite a BLOB of float32 little-endian
+    values; on PostgreSQL created as ``real[]`` (no extension needed), and switched to
+    pgvector's ``vector`` where the server has it (``app.store.pgvector``): either is this
+    column (``compare_type``). The vector index reads the column in its backend's format."""
 
     impl = LargeBinary
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(PgVector())
+            return dialect.type_descriptor(postgresql.ARRAY(postgresql.REAL()))
         return dialect.type_descriptor(LargeBinary())
 
 
@@ -221,7 +226,8 @@ Index(None, chunks.c.vector_store_id, chunks.c.file_id)
 #
 # - SQLite: the FTS5 index of the chunks' text, an external-content table kept in sync with
 #   ``chunks`` by triggers;
-# - PostgreSQL: the pgvector extension, and a generated ``tsvector`` column with a GIN index.
+# - PostgreSQL: a generated ``tsvector`` column with a GIN index, the embeddings kept in the
+#   rows, and ``chunks.embedding`` switched to pgvector's type where the server has it.
 CHUNKS_FTS = "chunks_fts"
 SQLITE_CHUNKS_FTS_DDL = (
     f"CREATE VIRTUAL TABLE {CHUNKS_FTS} USING fts5(text, content='chunks', content_rowid='id')",
@@ -242,38 +248,33 @@ SQLITE_FTS_TABLES = frozenset(
     {CHUNKS_FTS, *(f"{CHUNKS_FTS}_{part}" for part in ("data", "idx", "docsize", "config"))}
 )
 
-PG_CREATE_VECTOR_EXTENSION = "CREATE EXTENSION IF NOT EXISTS vector"
-# For the rest of the transaction, also look up names in the schema pgvector lives in, which
-# may not be on the search_path (a test schema, a dedicated ``extensions`` schema): the
-# ``vector`` type of ``chunks.embedding`` must resolve.
-PG_VECTOR_ON_SEARCH_PATH = (
-    "SELECT set_config('search_path', "
-    "current_setting('search_path') || ', ' || quote_ident(n.nspname), true) "
-    "FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace "
-    "WHERE e.extname = 'vector'"
-)
 PG_TSV_COLUMN = "tsv"
 PG_TSV_INDEX = "ix_chunks_tsv"
 PG_CHUNKS_DDL = (
     f"ALTER TABLE chunks ADD COLUMN {PG_TSV_COLUMN} tsvector "
     "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED",
     f"CREATE INDEX {PG_TSV_INDEX} ON chunks USING gin ({PG_TSV_COLUMN})",
-    # pgvector's type is stored out of line (TOAST) as soon as a row passes ~2 KB, which a
-    # 384-dimension chunk with its text does: every distance then costs a TOAST fetch. MAIN
-    # keeps vectors in the row (the text and tsvector move out first): the exact scan of
-    # 100k chunks went from ~550 to ~80 ms (bench/README.md, "File search index").
-    "ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE MAIN",
+    EMBEDDING_STORAGE_MAIN,
 )
+# Execution option of the connection given to ``create_all``: False keeps ``chunks.embedding``
+# a ``real[]`` even where pgvector could be used (tests of the index without pgvector).
+USE_PGVECTOR = "respgate_use_pgvector"
 
 
 def _ddl(statement: str, dialect: str) -> DDL:
     return DDL(statement).execute_if(dialect=dialect)  # type: ignore[no-untyped-call]
 
 
-for _statement in (PG_CREATE_VECTOR_EXTENSION, PG_VECTOR_ON_SEARCH_PATH):
-    event.listen(chunks, "before_create", _ddl(_statement, "postgresql"))
+def _use_pgvector(_target: Table, connection: Connection, **_kw: Any) -> None:
+    if connection.dialect.name == "postgresql" and connection.get_execution_options().get(
+        USE_PGVECTOR, True
+    ):
+        use_pgvector_for_embeddings(connection)
+
+
 for _statement in PG_CHUNKS_DDL:
     event.listen(chunks, "after_create", _ddl(_statement, "postgresql"))
+event.listen(chunks, "after_create", _use_pgvector)
 for _statement in SQLITE_CHUNKS_FTS_DDL:
     event.listen(chunks, "after_create", _ddl(_statement, "sqlite"))
 event.listen(chunks, "before_drop", _ddl(SQLITE_CHUNKS_FTS_DROP, "sqlite"))
@@ -290,3 +291,23 @@ def include_name(name: str | None, type_: str, parent_names: Mapping[str, str | 
     if type_ == "index":
         return name != PG_TSV_INDEX
     return True
+
+
+def compare_type(
+    _context: Any,
+    inspected_column: Any,
+    metadata_column: Column[Any],
+    inspected_type: TypeEngine[Any],
+    _metadata_type: TypeEngine[Any],
+) -> bool | None:
+    """Alembic's ``compare_type`` hook: on PostgreSQL ``chunks.embedding`` is either of its
+    two forms (``real[]``, or pgvector's ``vector`` after the switch); None lets alembic
+    compare every other column."""
+    if metadata_column.table.name != chunks.name or metadata_column.name != "embedding":
+        return None
+    # PgVector, or the ``pgvector`` package's own type where that package is installed
+    if isinstance(inspected_type, PgVector) or type(inspected_type).__name__.upper() == "VECTOR":
+        return False
+    if isinstance(inspected_type, postgresql.ARRAY):
+        return not isinstance(inspected_type.item_type, postgresql.REAL)
+    return None

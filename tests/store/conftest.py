@@ -4,12 +4,15 @@ PostgreSQL: ``RESPGATE_TEST_POSTGRES_URL`` (default
 ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``). The session creates a scratch schema
 (``respgate_test_<random>``), every engine of the tests works in it (``search_path``), each
 test starts from empty tables, and the schema is dropped at the end. When the server does not
-answer, the PostgreSQL cases are skipped, unless ``CI`` is set: then they fail.
+answer, the PostgreSQL cases are skipped, unless ``CI`` is set: then they fail. The schema is
+built by ``create_schema``: ``chunks.embedding`` is pgvector's type where the server has
+pgvector, ``real[]`` elsewhere (nothing here depends on which).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -53,9 +56,11 @@ def _admin(url: str, statement: str) -> None:
         pool.submit(lambda: asyncio.run(asyncio.wait_for(run(), 10))).result()
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    schema = f"respgate_test_{uuid.uuid4().hex[:12]}"
+@contextlib.contextmanager
+def scratch_schema(prefix: str = "respgate_test") -> Iterator[Postgres]:
+    """A new schema on the test server, dropped afterwards; skips (fails under ``CI``) when
+    the server is not usable."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
         _admin(POSTGRES_URL, f"CREATE SCHEMA {schema}")
     except Exception as exc:
@@ -67,6 +72,12 @@ def postgres() -> Iterator[Postgres]:
         yield Postgres(POSTGRES_URL, schema)
     finally:
         _admin(POSTGRES_URL, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Postgres]:
+    with scratch_schema() as pg:
+        yield pg
 
 
 def _in_schema(engine: AsyncEngine, schema: str) -> AsyncEngine:
