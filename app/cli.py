@@ -65,9 +65,6 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from app.startup import wait_until_ready
-    from app.store.migrate import DatabaseError, prepare_database_sync
-
     settings = load_config(
         args.config,
         host=args.host,
@@ -84,15 +81,27 @@ def _serve(args: argparse.Namespace) -> int:
     check_environment(settings)
     _configure_logging(settings.log_level)
     sock = bind_socket(settings.host, settings.port)
+    try:
+        _prepare_to_serve(settings)
+    except BaseException:
+        sock.close()
+        raise
+    return _run_gateway(settings.model_copy(update={"wait_for_upstream": 0.0}), sock)
+
+
+def _prepare_to_serve(settings: Settings) -> None:
+    """The data directory, the database (SQLite migrated, an out-of-date PostgreSQL an error)
+    and, with ``--wait-for-upstream``, a ready upstream."""
+    from app.startup import wait_until_ready
+    from app.store.migrate import DatabaseError, prepare_database_sync
+
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:
-        # The embedded SQLite database is migrated; an out-of-date PostgreSQL one is an error.
         prepare_database_sync(settings.resolved_database_url(), auto_migrate=True)
     except DatabaseError as exc:
         raise StartupError(str(exc)) from None
     if settings.wait_for_upstream > 0:
         wait_until_ready(settings)
-    return _run_gateway(settings.model_copy(update={"wait_for_upstream": 0.0}), sock)
 
 
 def _run_gateway(settings: Settings, sock: socket.socket) -> int:

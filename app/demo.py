@@ -41,7 +41,11 @@ def run_demo(options: DemoOptions) -> int:
     """Start the replay and the gateway, print where to send requests, serve until stopped."""
     cassette = read_cassette(options.cassette)
     replay_sock = bind_socket("127.0.0.1", options.replay_port, flag="--replay-port")
-    gateway_sock = bind_socket(options.host, options.port)
+    try:
+        gateway_sock = bind_socket(options.host, options.port)
+    except StartupError:
+        replay_sock.close()
+        raise
     replay_url = f"http://127.0.0.1:{socket_port(replay_sock)}"
     with _data_dir(options.data_dir) as data_dir:
         settings = gateway_settings(options, replay_url, data_dir)

@@ -75,7 +75,7 @@ def test_each_form_is_answered_twice_in_a_row(forms: tuple[str, ...]) -> None:
 def test_recorded_forms_are_served_as_recorded() -> None:
     cassette = quickstart()
     json_turn, sse_turn = cassette.turns
-    with sdk(cassette) as (client, http):
+    with sdk(cassette) as (_client, http):
         answer = http.post("/v1/responses", json={"model": MODEL, "input": PROMPT})
         assert answer.headers["x-replay-turn"] == json_turn.filename
         assert answer.json() == json_turn.response.body
