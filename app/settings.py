@@ -269,12 +269,12 @@ class Settings(BaseSettings):
     def _supported_database(cls, value: str | None) -> str | None:
         if not value:
             return value
-        scheme = value.partition("://")[0].lower()
-        if "://" not in value or scheme not in SUPPORTED_DATABASE_SCHEMES:
-            supported = ", ".join(f"{name}://" for name in SUPPORTED_DATABASE_SCHEMES)
+        scheme, sep, _ = value.partition("://")
+        if not sep or scheme.lower().partition("+")[0] not in SUPPORTED_DATABASES:
             raise ValueError(
-                f"unsupported database URL scheme {scheme + '://' if '://' in value else value!r}"
-                f" (supported: {supported})"
+                f"unsupported database URL scheme {scheme + sep if sep else value!r} (supported: "
+                "sqlite:// and postgresql:// with their async drivers, e.g. sqlite+aiosqlite:// "
+                "and postgresql+asyncpg://)"
             )
         return value
 
@@ -360,13 +360,8 @@ def strip_base_url(value: str) -> str:
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 
-SUPPORTED_DATABASE_SCHEMES = (
-    "sqlite",
-    "sqlite+aiosqlite",
-    "postgresql",
-    "postgres",
-    "postgresql+asyncpg",
-)
+# The database backends the store runs on (the part of a URL's scheme before any "+driver").
+SUPPORTED_DATABASES = ("sqlite", "postgresql", "postgres")
 
 _ASYNC_DRIVERS = {
     "postgresql": "postgresql+asyncpg",
