@@ -61,6 +61,8 @@ DATABASE_URL_HELP = (
     "(default: the SQLite file respgate.db in the data dir)"
 )
 
+logger = logging.getLogger(__name__)
+
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 
 
@@ -109,7 +111,12 @@ def _run_gateway(settings: Settings, sock: socket.socket) -> int:
     from app.serving import make_server, run_servers
 
     server = make_server(create_app(settings), settings.log_level)
-    if not run_servers([(server, sock)]):
+    upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
+    started = run_servers(
+        [(server, sock)],
+        lambda: _announce(sock, f"respgate {__version__}, upstream {upstreams}"),
+    )
+    if not started:
         raise StartupError("the gateway did not start (the log above says why)", code=1)
     return 0
 
@@ -145,7 +152,8 @@ def _record(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level)
     sock = bind_socket(args.host, args.port)
     app = create_record_app(args.upstream_url, args.out, args.upstream_api_key)
-    run_servers([(make_server(app, args.log_level), sock)])
+    what = f"recording {args.upstream_url} into {args.out}"
+    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(sock, what))
     return 0
 
 
@@ -157,7 +165,8 @@ def _replay(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level)
     sock = bind_socket(args.host, args.port)
     app = create_replay_app(cassette, strict=args.strict, loop=args.loop, match=args.match)
-    run_servers([(make_server(app, args.log_level), sock)])
+    what = f"replaying {args.cassette} ({len(cassette.turns)} turns, --match {args.match})"
+    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(sock, what))
     return 0
 
 
@@ -174,6 +183,12 @@ def _demo(args: argparse.Namespace) -> int:
         log_level=args.log_level,
     )
     return run_demo(options)
+
+
+def _announce(sock: socket.socket, what: str) -> None:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    logger.info("%s: listening on http://%s:%s", what, shown, port)
 
 
 def _configure_logging(level: str) -> None:
