@@ -1,109 +1,59 @@
-"""``respgate serve | migrate | record | replay``."""
+"""The ``respgate`` command: ``serve``, ``demo``, ``migrate``, ``record``, ``replay``.
+
+Every start-up failure is one ``respgate: ...`` line on stderr and a non-zero exit status
+(:class:`app.startup.StartupError`), never a traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import socket
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
+from app import __version__
+from app.recording.cassette import QUICKSTART_CASSETTE
+from app.settings import LOG_LEVELS, Settings
+from app.startup import (
+    StartupError,
+    bind_socket,
+    check_environment,
+    load_config,
+    read_cassette,
+)
 
-from app.settings import Settings, load_settings
+DESCRIPTION = """\
+respgate gives any inference server an OpenAI Responses API endpoint. Put it in front of
+vLLM, SGLang or OpenAI, or of a server that only speaks chat completions (Ollama, llama.cpp,
+TGI), and any OpenAI client talks to POST /v1/responses on respgate: stored responses,
+conversations, and tools the gateway runs itself (MCP servers, web search, file search).
+"""
 
+EPILOG = """\
+examples:
+  respgate demo          # try it: a recorded vLLM upstream behind the gateway, no GPU
+  respgate serve --upstream-url http://127.0.0.1:8000 --wait-for-upstream 600
 
-def _serve(args: argparse.Namespace) -> int:
-    from app.store.migrate import DatabaseError, prepare_database_sync
-
-    try:
-        settings = load_settings(
-            args.config,
-            host=args.host,
-            port=args.port,
-            upstream_url=args.upstream_url,
-            upstream_kind=args.upstream_kind,
-            upstream_api_key=args.upstream_api_key,
-            data_dir=args.data_dir,
-            database_url=args.database_url,
-            wait_for_upstream=args.wait_for_upstream,
-            max_body_bytes=args.max_body_bytes,
-            log_level=args.log_level,
-        )
-    except (ValidationError, FileNotFoundError) as exc:
-        print(f"respgate: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    _configure_logging(settings)
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        # The embedded SQLite database is migrated; an out-of-date PostgreSQL one is an error.
-        prepare_database_sync(settings.resolved_database_url(), auto_migrate=True)
-    except DatabaseError as exc:
-        print(f"respgate: {exc}", file=sys.stderr)
-        return 2
-
-    import uvicorn
-
-    from app.main import create_app
-
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level.lower(),
-        access_log=False,
-        timeout_graceful_shutdown=10,
-    )
-    return 0
+Run "respgate COMMAND --help" for a command's options. The README (README.md in the source
+tree, also the package's description: "pip show -v respgate") documents the API, the
+settings and the tools; config/respgate.example.toml lists every setting with its default.
+"""
 
 
-def _migrate(args: argparse.Namespace) -> int:
-    from app.store.migrate import DatabaseError, display_url, upgrade_to_head_sync
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows every option's default: ``(required)``, ``(default: off)`` for flags, and none
+    added when the help text already says what happens by default."""
 
-    try:
-        settings = load_settings(
-            args.config,
-            data_dir=args.data_dir,
-            database_url=args.database_url,
-            log_level=args.log_level,
-        )
-    except (ValidationError, FileNotFoundError) as exc:
-        print(f"respgate: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    _configure_logging(settings)
-    url = settings.resolved_database_url()
-    try:
-        revision = upgrade_to_head_sync(url)
-    except DatabaseError as exc:
-        print(f"respgate: {exc}", file=sys.stderr)
-        return 1
-    print(f"database {display_url(url)} is at revision {revision} (head)")
-    return 0
-
-
-def _record(args: argparse.Namespace) -> int:
-    from app.recording.record import serve_record
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    serve_record(args.upstream_url, args.out, args.host, args.port, args.upstream_api_key)
-    return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from app.recording.replay import serve_replay
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    if not args.cassette.is_file():
-        print(f"respgate: cassette not found: {args.cassette}", file=sys.stderr)
-        return 2
-    serve_replay(args.cassette, args.host, args.port, args.strict, args.loop)
-    return 0
-
-
-def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.required:
+            return f"{text} (required)"
+        if action.default is False:
+            return f"{text} (default: off)"
+        return f"{text} (default: %(default)s)"
 
 
 DATABASE_URL_HELP = (
@@ -111,16 +61,170 @@ DATABASE_URL_HELP = (
     "(default: the SQLite file respgate.db in the data dir)"
 )
 
+logger = logging.getLogger(__name__)
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = load_config(
+        args.config,
+        host=args.host,
+        port=args.port,
+        upstream_url=args.upstream_url,
+        upstream_kind=args.upstream_kind,
+        upstream_api_key=args.upstream_api_key,
+        data_dir=args.data_dir,
+        database_url=args.database_url,
+        wait_for_upstream=args.wait_for_upstream,
+        max_body_bytes=args.max_body_bytes,
+        log_level=args.log_level,
+    )
+    check_environment(settings)
+    _configure_logging(settings.log_level)
+    sock = bind_socket(settings.host, settings.port)
+    try:
+        _prepare_to_serve(settings)
+    except BaseException:
+        sock.close()
+        raise
+    return _run_gateway(settings.model_copy(update={"wait_for_upstream": 0.0}), sock)
+
+
+def _prepare_to_serve(settings: Settings) -> None:
+    """The data directory, the database (SQLite migrated, an out-of-date PostgreSQL an error)
+    and, with ``--wait-for-upstream``, a ready upstream."""
+    from app.startup import wait_until_ready
+    from app.store.migrate import DatabaseError, prepare_database_sync
+
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        prepare_database_sync(settings.resolved_database_url(), auto_migrate=True)
+    except DatabaseError as exc:
+        raise StartupError(str(exc)) from None
+    if settings.wait_for_upstream > 0:
+        wait_until_ready(settings)
+
+
+def _run_gateway(settings: Settings, sock: socket.socket) -> int:
+    from app.main import create_app
+    from app.serving import make_server, run_servers
+
+    server = make_server(create_app(settings), settings.log_level)
+    upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
+    started = run_servers(
+        [(server, sock)],
+        lambda: _announce(sock, f"respgate {__version__}, upstream {upstreams}"),
+    )
+    if not started:
+        raise StartupError("the gateway did not start (the log above says why)", code=1)
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from app.store.migrate import DatabaseError, display_url, upgrade_to_head_sync
+
+    settings = load_config(
+        args.config,
+        data_dir=args.data_dir,
+        database_url=args.database_url,
+        log_level=args.log_level,
+    )
+    _configure_logging(settings.log_level)
+    url = settings.resolved_database_url()
+    try:
+        revision = upgrade_to_head_sync(url)
+    except DatabaseError as exc:
+        raise StartupError(str(exc), code=1) from None
+    print(f"database {display_url(url)} is at revision {revision} (head)")
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from app.recording.record import create_record_app
+    from app.serving import make_server, run_servers
+    from app.settings import check_http_url
+
+    try:
+        check_http_url(args.upstream_url)
+    except ValueError as exc:
+        raise StartupError(f"--upstream-url: {exc}") from None
+    _configure_logging(args.log_level)
+    sock = bind_socket(args.host, args.port)
+    app = create_record_app(args.upstream_url, args.out, args.upstream_api_key)
+    what = f"recording {args.upstream_url} into {args.out}"
+    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(sock, what))
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from app.recording.replay import create_replay_app
+    from app.serving import make_server, run_servers
+
+    cassette = read_cassette(args.cassette)
+    _configure_logging(args.log_level)
+    sock = bind_socket(args.host, args.port)
+    app = create_replay_app(cassette, strict=args.strict, loop=args.loop, match=args.match)
+    what = f"replaying {args.cassette} ({len(cassette.turns)} turns, --match {args.match})"
+    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(sock, what))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from app.demo import DemoOptions, run_demo
+
+    _configure_logging(args.log_level)
+    options = DemoOptions(
+        cassette=args.cassette or QUICKSTART_CASSETTE,
+        host=args.host,
+        port=args.port,
+        replay_port=args.replay_port,
+        data_dir=args.data_dir,
+        log_level=args.log_level,
+    )
+    return run_demo(options)
+
+
+def _announce(sock: socket.socket, what: str) -> None:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    logger.info("%s: listening on http://%s:%s", what, shown, port)
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="respgate", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="respgate",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"respgate {__version__}")
+    sub = parser.add_subparsers(title="commands", dest="command", required=True, metavar="COMMAND")
+    _add_serve(sub)
+    _add_demo(sub)
+    _add_migrate(sub)
+    _add_record(sub)
+    _add_replay(sub)
+    return parser
 
-    serve = sub.add_parser("serve", help="run the gateway")
+
+def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="run the gateway in front of an inference server",
+        description="Run the gateway. Options override RESPGATE_* variables, which override "
+        "the --config file.",
+    )
     serve.add_argument("--config", type=Path, help="TOML configuration file")
     serve.add_argument("--host", help="bind address (default 0.0.0.0)")
     serve.add_argument("--port", type=int, help="port (default 9000)")
-    serve.add_argument("--upstream-url", help="base URL of the inference server")
+    serve.add_argument(
+        "--upstream-url", help="base URL of the inference server (default http://127.0.0.1:8000)"
+    )
     serve.add_argument(
         "--upstream-kind",
         choices=("responses", "chat"),
@@ -133,44 +237,123 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait-for-upstream",
         type=float,
         metavar="SECONDS",
-        help="wait up to SECONDS for the upstream's health before accepting traffic",
+        help="wait up to SECONDS for the upstream's health before accepting traffic (default 0)",
     )
     serve.add_argument("--max-body-bytes", type=int, help="request body limit (default 10 MiB)")
-    serve.add_argument("--log-level", help="debug, info, warning, error")
+    serve.add_argument("--log-level", help="debug, info, warning, error (default info)")
     serve.set_defaults(func=_serve)
 
-    migrate = sub.add_parser("migrate", help="upgrade the database schema to the latest revision")
+
+def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="try it without a GPU: a recorded upstream and the gateway, in one process",
+        description="Start a replay of a cassette and the gateway in front of it, print where "
+        "to send requests, and run until Ctrl-C. The default cassette is vLLM serving "
+        "openai/gpt-oss-20b, for one prompt.",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    demo.add_argument(
+        "--cassette",
+        type=Path,
+        default=None,
+        help="the cassette the upstream replays (default: the bundled quick-start cassette, "
+        "vLLM serving openai/gpt-oss-20b)",
+    )
+    demo.add_argument("--host", default="127.0.0.1", help="the gateway's bind address")
+    demo.add_argument("--port", type=int, default=9000, help="the gateway's port")
+    demo.add_argument(
+        "--replay-port",
+        type=int,
+        default=0,
+        help="the replayed upstream's port on 127.0.0.1 (0: any free port)",
+    )
+    demo.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the gateway keeps its state (default: a temporary directory, removed on exit)",
+    )
+    demo.add_argument("--log-level", default="warning", choices=LOG_LEVELS, help="log level")
+    demo.set_defaults(func=_demo)
+
+
+def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    migrate = sub.add_parser(
+        "migrate", help="upgrade the database schema (PostgreSQL; serve migrates SQLite itself)"
+    )
     migrate.add_argument("--config", type=Path, help="TOML configuration file")
     migrate.add_argument("--database-url", help=DATABASE_URL_HELP)
     migrate.add_argument("--data-dir", type=Path, help="where the default SQLite file lives")
-    migrate.add_argument("--log-level", help="debug, info, warning, error")
+    migrate.add_argument("--log-level", help="debug, info, warning, error (default info)")
     migrate.set_defaults(func=_migrate)
 
-    record = sub.add_parser("record", help="run a proxy that records upstream traffic")
-    record.add_argument("--upstream-url", required=True)
-    record.add_argument("--out", type=Path, required=True, help="cassette file to write")
-    record.add_argument("--host", default="127.0.0.1")
-    record.add_argument("--port", type=int, default=8001)
-    record.add_argument("--upstream-api-key")
+
+def _add_record(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    record = sub.add_parser(
+        "record",
+        help="run a proxy that records upstream traffic into a cassette",
+        description="Forward every request to the upstream and append each exchange to the "
+        "cassette (rewritten after every turn; Ctrl-C keeps what was recorded).",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    record.add_argument("--upstream-url", required=True, help="base URL of the server to record")
+    record.add_argument(
+        "--out", type=Path, required=True, help="cassette file to write (overwritten)"
+    )
+    record.add_argument("--host", default="127.0.0.1", help="the proxy's bind address")
+    record.add_argument("--port", type=int, default=8001, help="the proxy's port")
+    record.add_argument(
+        "--upstream-api-key",
+        default=None,
+        help="sent as Bearer key when a request has no Authorization header (never recorded; "
+        "default: none)",
+    )
+    record.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="log level")
     record.set_defaults(func=_record)
 
-    replay = sub.add_parser("replay", help="serve a cassette as an upstream")
-    replay.add_argument("cassette", type=Path)
-    replay.add_argument("--host", default="127.0.0.1")
-    replay.add_argument("--port", type=int, default=8001)
+
+def _add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="serve a cassette as an upstream",
+        description="Answer requests from a recorded cassette, as the recorded server did.",
+        formatter_class=DefaultsHelpFormatter,
+    )
+    replay.add_argument("cassette", type=Path, help="the cassette file (YAML or JSON)")
+    replay.add_argument("--host", default="127.0.0.1", help="bind address")
+    replay.add_argument("--port", type=int, default=8001, help="port")
     replay.add_argument(
-        "--strict", action="store_true", help="answer 409 when a request differs from the recording"
+        "--match",
+        choices=("content", "order"),
+        default="content",
+        help="content: answer each request with a turn recorded for the same model and input, "
+        "as JSON or SSE as asked, as often as asked; order: answer with the recorded turns in "
+        "order, each once",
     )
     replay.add_argument(
-        "--loop", action="store_true", help="start the cassette over once every turn was answered"
+        "--strict",
+        action="store_true",
+        help="answer 409 when a request body differs from the matched turn's recorded body",
     )
+    replay.add_argument(
+        "--loop",
+        action="store_true",
+        help="with --match order: start the cassette over once every turn was answered",
+    )
+    replay.add_argument("--log-level", default="info", choices=LOG_LEVELS, help="log level")
     replay.set_defaults(func=_replay)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except StartupError as exc:
+        print(f"respgate: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
     return code
 
 

@@ -151,7 +151,7 @@ class UpstreamConfig(BaseModel):
     @field_validator("url")
     @classmethod
     def _strip_url(cls, value: str) -> str:
-        return strip_base_url(value)
+        return strip_base_url(check_http_url(value))
 
     def resolved_api_key(self, environ: Mapping[str, str]) -> str | None:
         """``api_key``, else the environment variable ``api_key_env`` names.
@@ -264,7 +264,28 @@ class Settings(BaseSettings):
     @field_validator("upstream_url")
     @classmethod
     def _strip_url(cls, value: str) -> str:
-        return strip_base_url(value)
+        return strip_base_url(check_http_url(value))
+
+    @field_validator("log_level")
+    @classmethod
+    def _known_log_level(cls, value: str) -> str:
+        if value.lower() not in LOG_LEVELS:
+            raise ValueError(f"unknown log level {value!r} (one of {', '.join(LOG_LEVELS)})")
+        return value.lower()
+
+    @field_validator("database_url")
+    @classmethod
+    def _supported_database(cls, value: str | None) -> str | None:
+        if not value:
+            return value
+        scheme, sep, _ = value.partition("://")
+        if not sep or scheme.lower().partition("+")[0] not in SUPPORTED_DATABASES:
+            raise ValueError(
+                f"unsupported database URL scheme {scheme + sep if sep else value!r} (supported: "
+                "sqlite:// and postgresql:// with their async drivers, e.g. sqlite+aiosqlite:// "
+                "and postgresql+asyncpg://)"
+            )
+        return value
 
     def resolved_upstreams(self) -> list[UpstreamConfig]:
         """The configured upstreams, the default one first; the single-upstream keys make one
@@ -328,6 +349,16 @@ _SINGLE_UPSTREAM_KEYS = frozenset(
 )
 
 
+def check_http_url(value: str) -> str:
+    """``value`` if it is an ``http://`` or ``https://`` URL with a host; else ValueError."""
+    parts = urlsplit(value)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(
+            f"{value!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)"
+        )
+    return value
+
+
 def strip_base_url(value: str) -> str:
     """A server's base URL without a trailing slash or ``/v1`` (both are common in configs)."""
     value = value.rstrip("/")
@@ -335,6 +366,11 @@ def strip_base_url(value: str) -> str:
         value = value[: -len("/v1")]
     return value
 
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+# The database backends the store runs on (the part of a URL's scheme before any "+driver").
+SUPPORTED_DATABASES = ("sqlite", "postgresql", "postgres")
 
 _ASYNC_DRIVERS = {
     "postgresql": "postgresql+asyncpg",

@@ -35,6 +35,10 @@ _YamlLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 # wraps long non-ASCII scalars differently), so it is used for writing.
 _YamlDumper = yaml.SafeDumper
 
+#: The quick start's cassette, shipped inside the package (``respgate demo``'s default): vLLM
+#: serving openai/gpt-oss-20b, one prompt answered as JSON and as a stream.
+QUICKSTART_CASSETTE = Path(__file__).resolve().parent / "bundled" / "quickstart-vllm-gpt-oss.yaml"
+
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 JSON_CONTENT_TYPE = "application/json"
 
@@ -113,9 +117,21 @@ def load_cassette(path: str | os.PathLike[str]) -> Cassette:
         data: Any = (
             json.loads(text) if file.suffix.lower() == ".json" else yaml.load(text, _YamlLoader)
         )
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CassetteError(f"cannot parse cassette {file}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise CassetteError(
+            f"cannot parse cassette {file}: line {exc.lineno}, column {exc.colno}: {exc.msg}"
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise CassetteError(f"cannot parse cassette {file}: {_yaml_problem(exc)}") from exc
     return parse_cassette(data, source=str(file))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """``line L, column C: problem`` of a YAML error, on one line."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    return " ".join(str(exc).split())
 
 
 def parse_cassette(data: Any, source: str = "<cassette>") -> Cassette:

@@ -70,7 +70,7 @@ def test_quickstart_cassette_is_a_real_vllm_recording() -> None:
 
 def test_replay_and_serve_processes_answer_the_openai_sdk(tmp_path: Path) -> None:
     replay_port, gateway_port = free_port(), free_port()
-    with process("replay", str(QUICKSTART), "--port", str(replay_port), "--loop") as replay:
+    with process("replay", str(QUICKSTART), "--port", str(replay_port)) as replay:
         wait_http(f"http://127.0.0.1:{replay_port}/health", replay)
         with process(
             "serve",
@@ -90,9 +90,10 @@ def test_replay_and_serve_processes_answer_the_openai_sdk(tmp_path: Path) -> Non
                 base_url=f"http://127.0.0.1:{gateway_port}/v1", api_key="none", max_retries=0
             )
             request = {"model": "openai/gpt-oss-20b", "input": "Reply with exactly one word: HELLO"}
-            for _ in range(2):  # --loop: the cassette starts over
+            for _ in range(2):  # the same request twice in a row: answered both times
                 answer = client.responses.create(**request, store=True, stream=False)
                 assert answer.output_text.strip() == "HELLO"
+            for _ in range(2):
                 with client.responses.stream(**request, store=True) as stream:
                     final = stream.get_final_response()
                 assert final.output_text == "HELLO"
@@ -111,12 +112,16 @@ def test_serve_refuses_a_bad_configuration(tmp_path: Path) -> None:
         timeout=60,
     )
     assert result.returncode == 2
-    assert "invalid configuration" in result.stderr
+    assert result.stderr.startswith("respgate: invalid configuration in ")
+    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize("seconds", ["1"])
-def test_wait_for_upstream_gives_up_when_the_upstream_never_comes(seconds: str) -> None:
+def test_wait_for_upstream_gives_up_when_the_upstream_never_comes(
+    seconds: str, tmp_path: Path
+) -> None:
     command = [sys.executable, "-m", "app.cli", "serve", "--host", "127.0.0.1"]
+    command += ["--data-dir", str(tmp_path)]
     command += ["--upstream-url", f"http://127.0.0.1:{free_port()}", "--port", str(free_port())]
     result = subprocess.run(
         [*command, "--wait-for-upstream", seconds],
@@ -125,5 +130,7 @@ def test_wait_for_upstream_gives_up_when_the_upstream_never_comes(seconds: str) 
         text=True,
         timeout=60,
     )
-    assert result.returncode != 0
-    assert "not ready" in result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("respgate: ")]
+    assert line.startswith("respgate: upstream http://127.0.0.1:") and "not ready after 1 s" in line

@@ -1,0 +1,88 @@
+"""Run uvicorn servers on sockets the CLI bound, several in one event loop if need be.
+
+``respgate serve`` runs the gateway alone and ``respgate demo`` a replay and the gateway
+together; either way SIGINT and SIGTERM stop every server gracefully and the process exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import uvicorn
+
+
+class CallerSignalsServer(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT/SIGTERM to its caller (:func:`serve_together`)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def make_server(app: Any, log_level: str, **options: Any) -> uvicorn.Server:
+    config = uvicorn.Config(
+        app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10, **options
+    )
+    return CallerSignalsServer(config)
+
+
+async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
+    try:
+        await server.serve(sockets=[sock])
+    except SystemExit:  # uvicorn's way of reporting a failed application start-up
+        server.should_exit = True
+
+
+async def serve_together(
+    servers: list[tuple[uvicorn.Server, socket.socket]],
+    on_started: Callable[[], None] | None = None,
+) -> bool:
+    """Serve every server on its socket until a signal (or one server stops); stop them all.
+
+    ``on_started`` runs once every server accepts connections. Returns whether they all
+    started (False: one failed its start-up, and uvicorn logged why).
+    """
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        for server, _ in servers:
+            server.should_exit = True
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop)
+    try:
+        tasks = [asyncio.create_task(_serve(server, sock)) for server, sock in servers]
+        started = await _until_started([server for server, _ in servers], tasks)
+        if started and on_started is not None:
+            on_started()
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        stop()
+        await asyncio.gather(*tasks)
+        return started
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _until_started(servers: list[uvicorn.Server], tasks: list[asyncio.Task[None]]) -> bool:
+    while not all(server.started for server in servers):
+        if any(task.done() for task in tasks):
+            return False
+        await asyncio.wait(tasks, timeout=0.05, return_when=asyncio.FIRST_COMPLETED)
+    return True
+
+
+def run_servers(
+    servers: list[tuple[uvicorn.Server, socket.socket]],
+    on_started: Callable[[], None] | None = None,
+) -> bool:
+    """:func:`serve_together` in a new event loop, uvicorn's choice (uvloop when installed)."""
+    config = servers[0][0].config
+    factory = config.get_loop_factory() if hasattr(config, "get_loop_factory") else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(serve_together(servers, on_started))
