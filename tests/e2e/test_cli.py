@@ -19,7 +19,7 @@ from tests.conftest import SHARED_CASSETTES
 from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICKSTART = ROOT / "cassettes" / "quickstart-vllm-gpt-oss.yaml"
+QUICKSTART = ROOT / "app" / "recording" / "bundled" / "quickstart-vllm-gpt-oss.yaml"
 
 
 @contextmanager
