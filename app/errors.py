@@ -11,6 +11,8 @@ class GatewayError(Exception):
     status_code: int = 500
     type: str = "server_error"
     code: str | None = None
+    # A 5xx is logged with each request, unless the error was logged where it was found.
+    log_each: bool = True
 
     def __init__(
         self,

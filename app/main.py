@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app import __version__
 from app.api.errors import install_error_handlers
+from app.api.openapi import install_openapi
 from app.api.routes import chat, conversations, files, health, models, responses, vector_stores
 from app.api.state import GatewayState
 from app.core.files import FilesService
@@ -277,7 +278,8 @@ def create_app(
         title="respgate",
         version=__version__,
         lifespan=lifespan,
-        docs_url=None,
+        description="An OpenAI Responses API gateway in front of any inference server.",
+        docs_url="/docs",
         redoc_url=None,
     )
     install_error_handlers(app)
@@ -289,4 +291,5 @@ def create_app(
     app.include_router(vector_stores.router)
     app.include_router(models.router)
     app.include_router(health.router)
+    install_openapi(app)
     return app

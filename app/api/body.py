@@ -78,6 +78,8 @@ def validate(model: type[ModelT], data: dict[str, Any]) -> ModelT:
                 element = re.match(re.escape(param) + r"((?:\[\d+\])+)", detail)
                 if element is not None:
                     param += element.group(1)
+            # pydantic names the gateway's model classes ("… or instance of ReasoningParam").
+            detail = re.sub(r" or instance of \w+", "", detail)
             message = f"Invalid value for '{param}': {detail.rstrip('.')}."
             code = "invalid_value"
         raise InvalidRequestError(message, param=param, code=code) from exc

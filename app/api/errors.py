@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    if exc.status_code >= 500:
+    if exc.status_code >= 500 and exc.log_each:
         logger.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status_code, exc)
     return JSONResponse(exc.to_envelope(), status_code=exc.status_code)
 

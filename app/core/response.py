@@ -141,6 +141,9 @@ def normalize_usage(usage: Any) -> JsonObject | None:
     in_details = out.get("input_tokens_details")
     in_details = dict(in_details) if isinstance(in_details, dict) else {}
     in_details["cached_tokens"] = int(in_details.get("cached_tokens") or 0)
+    # Required by the openai SDK's ``InputTokensDetails`` since 3.x; servers other than
+    # OpenAI (vLLM, SGLang, chat servers) do not send it.
+    in_details["cache_write_tokens"] = int(in_details.get("cache_write_tokens") or 0)
     out["input_tokens_details"] = in_details
     out_details = out.get("output_tokens_details")
     out_details = dict(out_details) if isinstance(out_details, dict) else {}
@@ -154,11 +157,52 @@ def normalize_usage(usage: Any) -> JsonObject | None:
 def empty_usage() -> JsonObject:
     return {
         "input_tokens": 0,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": 0,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 0,
     }
+
+
+# ``Response.error.code`` is one of these in OpenAI's schema (openai SDK 3.57 ``ResponseError``);
+# any other code (an upstream's "500", the gateway's "upstream_error") is reported there as
+# ``server_error``, and as itself in the stream's ``error`` event, which takes any string.
+RESPONSE_ERROR_CODES = frozenset(
+    {
+        "server_error",
+        "rate_limit_exceeded",
+        "invalid_prompt",
+        "data_residency_mismatch",
+        "bio_policy",
+        "misalignment_policy_violation",
+        "vector_store_timeout",
+        "invalid_image",
+        "invalid_image_format",
+        "invalid_base64_image",
+        "invalid_image_url",
+        "image_too_large",
+        "image_too_small",
+        "image_parse_error",
+        "image_content_policy_violation",
+        "invalid_image_mode",
+        "image_file_too_large",
+        "unsupported_image_media_type",
+        "empty_image_file",
+        "failed_to_download_image",
+        "image_file_not_found",
+    }
+)
+
+
+def normalize_error(error: JsonObject | None) -> JsonObject | None:
+    """A Response's ``error`` as OpenAI's schema has it: a known ``code`` and a ``message``."""
+    if error is None:
+        return None
+    out = dict(error)
+    if out.get("code") not in RESPONSE_ERROR_CODES:
+        out["code"] = "server_error"
+    out["message"] = str(out.get("message") or "The response failed.")
+    return out
 
 
 _SECRET_TOOL_FIELDS = frozenset({"headers", "authorization"})
@@ -229,7 +273,18 @@ def normalize_item(
             item["status"] = status
     elif kind == "reasoning" and item.get("summary") is None:
         item["summary"] = []
+    elif kind == "web_search_call":
+        normalize_sources(item.get("action"))
     return item
+
+
+def normalize_sources(action: Any) -> None:
+    """A search's ``sources`` are ``{"type": "url", "url"}`` in OpenAI's schema; some servers
+    that run web search themselves leave ``type`` out."""
+    sources = action.get("sources") if isinstance(action, dict) else None
+    for source in sources if isinstance(sources, list) else ():
+        if isinstance(source, dict) and "url" in source:
+            source.setdefault("type", "url")
 
 
 def build_response(
@@ -267,7 +322,7 @@ def build_response(
         "created_at": created_at,
         "status": status,
         "completed_at": completed_at,
-        "error": error,
+        "error": normalize_error(error),
         "incomplete_details": incomplete_details,
         "model": model,
         "output": output,

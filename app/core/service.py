@@ -28,6 +28,7 @@ from app.core.ports import (
 )
 from app.core.response import build_response, normalize_item, normalize_usage
 from app.core.stream import ResponseLifecycle
+from app.core.tool_choice import check_tool_choice
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
 
 logger = logging.getLogger(__name__)
@@ -98,7 +99,8 @@ class ResponsesService:
     # ------------------------------------------------------------------ create
 
     async def _prepare(self, body: JsonObject) -> tuple[History, JsonObject]:
-        """Rehydrate; the upstream body is the client's own unless history joins it."""
+        """Check, rehydrate; the upstream body is the client's own unless history joins it."""
+        check_tool_choice(body)
         history = await rehydrate(self.store, body)
         referenced = len(history.new_input_items) != len(history.input_items)
         if not history.stateful and not referenced:
@@ -266,7 +268,9 @@ class ResponsesService:
             )
 
         try:
-            for event in lifecycle.opening(snapshot("in_progress", usage=None)):
+            opening = snapshot("in_progress")
+            opening["usage"] = None  # as OpenAI's: no usage until the response is done
+            for event in lifecycle.opening(opening):
                 yield event
             failure: JsonObject | None = None
             final: JsonObject | None = None

@@ -133,6 +133,10 @@ class VectorStoresService:
     async def get(self, vector_store_id: str) -> JsonObject:
         return await self._store_object(await self._require_store(vector_store_id))
 
+    async def check_vector_store(self, vector_store_id: str) -> None:
+        """OpenAI's 404 when no vector store has this id (one light read)."""
+        await self._require_store(vector_store_id)
+
     async def update(self, vector_store_id: str, changes: JsonObject) -> JsonObject:
         """``changes``: any of ``name``, ``metadata`` (checked), ``expires_after``."""
         async with self._lock:

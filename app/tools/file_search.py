@@ -65,6 +65,10 @@ class VectorStoreSearch(Protocol):
         """``POST /v1/vector_stores/{id}/search`` (its page object); raises ``GatewayError``."""
         ...
 
+    async def check_vector_store(self, vector_store_id: str) -> None:
+        """Raise OpenAI's 404 (``GatewayError``) when no vector store has this id."""
+        ...
+
 
 class _Citations:
     """The files this response's searches returned, for ``file_citation`` annotations."""
@@ -262,6 +266,7 @@ class FileSearchToolProvider:
         citations = _Citations()
         for index, tool in tools:
             _check_tool(index, tool)
+            await self._check_stores(index, tool["vector_store_ids"])
             name = names.claim(NAMESPACE)
             out.executors[name] = FileSearchExecutor(
                 self._search,
@@ -280,6 +285,18 @@ class FileSearchToolProvider:
             )
         out.annotators.append(citations.annotate)
         return out
+
+    async def _check_stores(self, index: int, store_ids: list[str]) -> None:
+        """A store that does not exist is the client's mistake: a 404 before any inference,
+        as OpenAI answers (one that vanishes later makes a failed ``file_search_call``)."""
+        if self._search is None:
+            return
+        for position, store_id in enumerate(store_ids):
+            try:
+                await self._search.check_vector_store(store_id)
+            except GatewayError as exc:
+                exc.param = f"tools[{index}].vector_store_ids[{position}]"
+                raise
 
     def unknown_executor(self, name: str) -> ToolExecutor:
         return FileSearchExecutor(None, {}, include_results=False, citations=_Citations())

@@ -2,15 +2,52 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from typing import Unpack
 
 import aiohttp
 
 from app.core.ports import JsonObject, SingleResponseStream
-from app.errors import UpstreamError
+from app.errors import UpstreamError, UpstreamHTTPError
 from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release
 from app.upstream.sse import parse_sse_lines, split_lines
+
+logger = logging.getLogger(__name__)
+
+# How servers answer a POST to a path they have no route for (FastAPI, Go's net/http as in
+# Ollama, llama.cpp, aiohttp, nginx): a 404 whose message names no model or object.
+_NO_ROUTE_MESSAGES = frozenset(
+    {
+        "not found",
+        "404 page not found",
+        "404: not found",
+        "page not found",
+        "file not found",
+        "upstream returned http 404",
+    }
+)
+NO_RESPONSES_API_HINT = (
+    "The upstream has no /v1/responses (it answered 404 there): if it serves only "
+    "/v1/chat/completions (Ollama, llama.cpp, TGI …), run the gateway with "
+    '--upstream-kind chat (RESPGATE_UPSTREAM_KIND=chat, or kind = "chat" in [[upstreams]]).'
+)
+
+
+class NoResponsesApiError(UpstreamError):
+    """The upstream answered 404 on ``/v1/responses`` itself: it is a chat-only server."""
+
+    status_code = 502
+    code = "upstream_has_no_responses_api"
+    log_each = False  # the upstream logs it once
+
+
+def is_missing_route(error: UpstreamHTTPError) -> bool:
+    """A 404 for the path itself, not for a model or an object the request names."""
+    if error.status_code != 404:
+        return False
+    message = str(error.to_error().get("message") or "").strip().rstrip(".").lower()
+    return message in _NO_ROUTE_MESSAGES
 
 
 class ResponsesUpstream(HttpUpstream):
@@ -19,18 +56,39 @@ class ResponsesUpstream(HttpUpstream):
     def __init__(self, base_url: str, **http: Unpack[HttpOptions]) -> None:
         super().__init__(base_url, **http)
         self._responses_url = f"{self.base_url}/v1/responses"
+        self._told_no_route = False
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
-        return await self.post_json(self._responses_url, body, headers)
+        try:
+            return await self.post_json(self._responses_url, body, headers)
+        except UpstreamHTTPError as exc:
+            raise self._explain(exc) from exc
 
     async def stream_response(
         self, body: JsonObject, headers: Mapping[str, str]
     ) -> AiohttpEventStream | SingleResponseStream:
-        answer = await self.post_stream(self._responses_url, body, headers)
+        try:
+            answer = await self.post_stream(self._responses_url, body, headers)
+        except UpstreamHTTPError as exc:
+            raise self._explain(exc) from exc
         if isinstance(answer, dict):
             # The server ignored ``stream``: fold its whole answer into one terminal event.
             return SingleResponseStream(answer)
         return AiohttpEventStream(answer)
+
+    def _explain(self, error: UpstreamHTTPError) -> UpstreamError:
+        """A 404 on the path itself says what to do (logged once); other errors pass."""
+        if not is_missing_route(error):
+            return error
+        if not self._told_no_route:
+            self._told_no_route = True
+            logger.error(
+                "upstream %s answered 404 on %s: %s",
+                self.base_url,
+                self._responses_url,
+                NO_RESPONSES_API_HINT,
+            )
+        return NoResponsesApiError(NO_RESPONSES_API_HINT)
 
 
 class AiohttpEventStream:

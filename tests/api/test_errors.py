@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.body import format_loc
+from app.upstream.responses import NO_RESPONSES_API_HINT
 from tests.api.upstreams import (
     BackgroundServer,
     JsonObject,
@@ -70,6 +71,11 @@ def _json_error(status: int, body: JsonObject) -> Any:
     return scenario
 
 
+async def _text_404(request: Request, body: JsonObject) -> Response:
+    """What Ollama (Go's net/http) answers on a path it has no route for."""
+    return Response("404 page not found", status_code=404, media_type="text/plain")
+
+
 async def _plain_500(request: Request, body: JsonObject) -> Response:
     return Response("Internal Server Error", status_code=500, media_type="text/plain")
 
@@ -95,6 +101,20 @@ SCENARIOS = {
     "vllm-400": _json_error(400, VLLM_ERROR),
     "text-error-503": _json_error(503, {"error": "model is loading"}),
     "detail-404": _json_error(404, {"detail": "Not Found"}),
+    "vllm-model-404": _json_error(
+        404,
+        {
+            "object": "error",
+            "message": "The model `nope` does not exist.",
+            "type": "NotFoundError",
+            "param": None,
+            "code": 404,
+        },
+    ),
+    "ollama-404": _text_404,
+    "llamacpp-404": _json_error(
+        404, {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+    ),
     "plain-500": _plain_500,
     "empty-502": _empty_502,
     "slow": _slow_headers,
@@ -347,13 +367,25 @@ def test_upstream_answer_that_is_not_json_is_502(client: httpx.Client) -> None:
         ),
         (
             "detail-404",
+            502,
+            {
+                "error": {
+                    "message": NO_RESPONSES_API_HINT,
+                    "type": "upstream_error",
+                    "param": None,
+                    "code": "upstream_has_no_responses_api",
+                }
+            },
+        ),
+        (
+            "vllm-model-404",
             404,
             {
                 "error": {
-                    "message": "Not Found",
-                    "type": "upstream_error",
+                    "message": "The model `nope` does not exist.",
+                    "type": "NotFoundError",
                     "param": None,
-                    "code": None,
+                    "code": "404",
                 }
             },
         ),
@@ -550,3 +582,18 @@ def test_wait_for_upstream_starts_once_upstream_comes_up() -> None:
         timer.cancel()
         timer.join()
         later.stop()
+
+
+@pytest.mark.parametrize("model", ["ollama-404", "llamacpp-404", "detail-404"])
+def test_an_upstream_without_the_responses_api_says_to_use_the_chat_kind(
+    gateway: str, model: str
+) -> None:
+    """A chat-only server (404 on /v1/responses itself): the client learns what to change."""
+    client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-client", max_retries=0)
+    for stream in (False, True, False):
+        with pytest.raises(openai.InternalServerError) as caught:
+            client.responses.create(model=model, input="hi", stream=stream)
+        assert caught.value.status_code == 502
+        assert caught.value.code == "upstream_has_no_responses_api"
+        assert "--upstream-kind chat" in caught.value.message
+        assert "RESPGATE_UPSTREAM_KIND=chat" in caught.value.message

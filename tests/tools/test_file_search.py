@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from app.core.files import MissingObjectError
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError, NotFoundError
 from app.tools.file_search import FileSearchToolProvider, format_results
@@ -24,11 +25,19 @@ PASSAGES = {
 }
 
 
+# Exists when the request is checked, gone when the model searches it.
+VANISHING = "vs_vanishing"
+
+
 class RecordingSearch:
     """Answers like ``POST /v1/vector_stores/{id}/search`` and records the bodies it got."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, JsonObject]] = []
+
+    async def check_vector_store(self, vector_store_id: str) -> None:
+        if vector_store_id not in PASSAGES and vector_store_id != VANISHING:
+            raise MissingObjectError(f"No vector store found with id '{vector_store_id}'.")
 
     async def search(self, vector_store_id: str, body: JsonObject) -> JsonObject:
         self.calls.append((vector_store_id, body))
@@ -103,16 +112,34 @@ async def test_a_search_round_streams_a_file_search_call_and_cites_the_file(incl
     assert upstream.requests[0]["tools"][0]["name"] == "file_search"
 
 
-async def test_several_queries_and_stores_merge_best_first_and_a_missing_store_is_an_error() -> (
-    None
-):
-    tool = {**TOOL, "vector_store_ids": ["vs_docs", "vs_missing"]}
+async def test_a_store_that_vanishes_before_the_search_fails_the_call_not_the_response() -> None:
+    tool = {**TOOL, "vector_store_ids": ["vs_docs", VANISHING]}
     service, upstream, _ = make(
         [[function_call("file_search", '{"queries": ["a", "b"]}')], [message("none")]]
     )
     final = await service.create({**body(), "tools": [tool]}, {})
     assert final["output"][0]["status"] == "failed"
-    assert "vs_missing" in upstream.requests[1]["input"][-1]["output"]
+    assert VANISHING in upstream.requests[1]["input"][-1]["output"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_store_that_does_not_exist_is_a_404_before_inference(stream: bool) -> None:
+    tool = {**TOOL, "vector_store_ids": ["vs_docs", "vs_missing"]}
+    service, upstream, _ = make([[message("never")]])
+    request = {**body(), "tools": [TOOL, tool], "stream": stream}
+    with pytest.raises(MissingObjectError) as caught:
+        if stream:
+            await service.open_stream(request, {})
+        else:
+            await service.create(request, {})
+    assert caught.value.status_code == 404
+    assert caught.value.to_error() == {
+        "message": "No vector store found with id 'vs_missing'.",
+        "type": "invalid_request_error",
+        "param": "tools[1].vector_store_ids[1]",
+        "code": None,
+    }
+    assert upstream.requests == []
 
 
 async def test_continuation_lowers_the_call_for_the_upstream() -> None:

@@ -13,7 +13,7 @@ from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
 from app.protocol.metadata import check_metadata
-from app.protocol.requests import CreateResponseRequest
+from app.protocol.requests import CreateResponseRequest, check_create_request
 
 router = APIRouter()
 
@@ -31,6 +31,7 @@ async def create_response(request: Request) -> Response:
     state = gateway_state(request)
     body = await read_json_object(request, state.settings.max_body_bytes)
     parsed = validate(CreateResponseRequest, body)
+    check_create_request(parsed)
     check_metadata(body.get("metadata"), "metadata")
     headers = client_headers(request)
     if parsed.stream:

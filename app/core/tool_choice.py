@@ -1,0 +1,49 @@
+"""``tool_choice`` against the tools a request offers: what OpenAI refuses before inference.
+
+The tools a request offers are its own ``tools``: a continuation (``previous_response_id`` or
+``conversation``) inherits none, as with OpenAI, so a choice must name a tool of this request.
+Hosted tools the gateway leaves out are not the question here: a choice of one is the tool
+registry's to translate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.errors import InvalidRequestError
+
+JsonObject = dict[str, Any]
+
+# Choice types that name one tool of that type by ``name``.
+_NAMED_CHOICES = frozenset({"function", "custom"})
+
+
+def check_tool_choice(body: JsonObject) -> None:
+    """A 400 naming ``tool_choice`` when it asks for a tool the request does not offer."""
+    choice = body.get("tool_choice")
+    raw_tools = body.get("tools")
+    tools = [t for t in raw_tools if isinstance(t, dict)] if isinstance(raw_tools, list) else []
+    if choice == "required" and not tools:
+        raise InvalidRequestError(
+            "Invalid value for 'tool_choice': 'required' is only allowed when 'tools' are "
+            "specified.",
+            param="tool_choice",
+            code="invalid_value",
+        )
+    if isinstance(choice, dict) and choice.get("type") in _NAMED_CHOICES:
+        _check_named(choice, tools, "tool_choice")
+    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
+        for index, entry in enumerate(choice.get("tools") or []):
+            if isinstance(entry, dict) and entry.get("type") in _NAMED_CHOICES:
+                _check_named(entry, tools, f"tool_choice.tools[{index}]")
+
+
+def _check_named(choice: JsonObject, tools: list[JsonObject], param: str) -> None:
+    kind, name = choice.get("type"), choice.get("name")
+    if any(t.get("type") == kind and t.get("name") == name for t in tools):
+        return
+    raise InvalidRequestError(
+        f"Tool choice '{kind}' with name '{name}' not found in 'tools' parameter.",
+        param=param,
+        code="invalid_value",
+    )
