@@ -35,6 +35,7 @@ from tests.fakes import FakeEmbedder, ListEventStream
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_CASSETTES = ROOT / "cassettes"
+BUNDLED_CASSETTES = ROOT / "app" / "recording" / "bundled"  # the quick start's
 RESPONSES_PATH = "/v1/responses"
 CHAT_PATH = "/v1/chat/completions"
 # Tool types the gateway runs itself: left out of the replayed requests, whose answers are
@@ -295,7 +296,7 @@ class _NotOpenAIs(BaseModel):
 
 
 def test_project_cassettes_validate_with_the_sdk(gateway: tuple[TestClient, Any]) -> None:
-    cases = replay_cases(PROJECT_CASSETTES)
+    cases = replay_cases(PROJECT_CASSETTES) + replay_cases(BUNDLED_CASSETTES)
     assert {c.kind for c in cases} == {"responses", "chat"}
     assert replay_and_validate(gateway, cases) > 4 * len(cases)
 
@@ -310,7 +311,7 @@ def test_shared_recordings_validate_with_the_sdk(gateway: tuple[TestClient, Any]
 
 def test_opening_events_carry_no_usage(gateway: tuple[TestClient, Any]) -> None:
     client, upstream = gateway
-    (case,) = [c for c in replay_cases(PROJECT_CASSETTES) if "quickstart" in c.name][:1]
+    (case,) = [c for c in replay_cases(BUNDLED_CASSETTES) if "quickstart" in c.name][:1]
     upstream.case = case
     objects = _stream_objects(client, {**case.request, "stream": True})
     events = [value for what, value in objects if what == "event"]
