@@ -35,7 +35,9 @@ class NodeUnavailableError(RuntimeError):
 def ensure_installed() -> Path:
     """The server's entry point, running ``npm ci`` first if node_modules lacks it."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        raise NodeUnavailableError("node and npm are needed to run server-everything")
+        raise NodeUnavailableError(
+            "Node.js (node and npm) is not installed: the npm MCP server server-everything needs it"
+        )
     if not ENTRY_POINT.is_file():
         completed = subprocess.run(
             ["npm", "ci", "--no-audit", "--no-fund"],

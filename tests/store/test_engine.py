@@ -19,7 +19,7 @@ from app.store.engine import (
 from app.store.sql import SqlResponseStore
 from app.store.tables import metadata
 from tests.store.builders import turn
-from tests.store.conftest import Backend
+from tests.store.conftest import Backend, Postgres
 
 
 def test_default_database_url(tmp_path: Path) -> None:
@@ -122,10 +122,8 @@ def test_json_dumps_falls_back_for_what_orjson_refuses() -> None:
     assert json_loads(json_dumps(big)) == big
 
 
-async def test_postgres_pool_is_sized_for_a_gateway(backend: Backend) -> None:
-    if backend.name != "postgres":
-        pytest.skip("PostgreSQL only")
-    engine = backend.make_engine()
+async def test_postgres_pool_is_sized_for_a_gateway(postgres: Postgres) -> None:
+    engine = create_engine_for(postgres.url)
     try:
         assert engine.pool.size() >= 10  # type: ignore[attr-defined]
     finally:
