@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ("pytester",)
+from tests.recordings import ROOT, SHARED_MISSING
+from tests.recordings import SHARED as SHARED_CASSETTES
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED_CASSETTES = Path(
-    os.environ.get("RESPGATE_SHARED_CASSETTES", ROOT.parent / "shared" / "cassettes" / "upstream")
-)
+__all__ = ["ROOT", "SHARED_CASSETTES"]
+
+pytest_plugins = ("pytester",)
 
 
 def running_in_ci() -> bool:
@@ -42,8 +42,9 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session")
 def shared_cassettes() -> Path:
+    """The full set of recordings of ../shared (tests/recordings.py); skips without it."""
     if not SHARED_CASSETTES.is_dir():
-        pytest.skip(f"shared cassettes not found at {SHARED_CASSETTES}")
+        pytest.skip(SHARED_MISSING)
     return SHARED_CASSETTES
 
 

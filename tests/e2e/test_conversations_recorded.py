@@ -52,11 +52,12 @@ from app.main import create_app
 from app.recording.cassette import Cassette, Turn, load_cassette, sse_data_events
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.conftest import SHARED_CASSETTES
 from tests.fakes import MemoryResponseStore
 from tests.helpers import serve_in_thread
+from tests.recordings import SHARED as SHARED_CASSETTES
+from tests.recordings import needs_shared
 
-pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
+pytestmark = needs_shared
 
 JsonObject = dict[str, Any]
 

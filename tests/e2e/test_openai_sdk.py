@@ -14,12 +14,13 @@ import openai
 import pytest
 
 from app.recording.cassette import Turn, sse_data_events
-from tests.conftest import SHARED_CASSETTES
 from tests.e2e.conftest import gateway_stack
 from tests.helpers import without_parsed
 from tests.lifecycle import assert_lifecycle, project
+from tests.recordings import SHARED as SHARED_CASSETTES
+from tests.recordings import needs_shared
 
-pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
+pytestmark = needs_shared
 
 JSON_CASES = [
     "text_only/responses/resp-single-gpt-4o-nonstreaming.yaml",

@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from app.recording.cassette import Turn
-from tests.conftest import SHARED_CASSETTES
 from tests.e2e.conftest import gateway_stack
 from tests.e2e.test_openai_sdk import sdk_kwargs
+from tests.recordings import SHARED as SHARED_CASSETTES
+from tests.recordings import needs_shared
 
-pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
+pytestmark = needs_shared
 
 JsonObject = dict[str, Any]
 
