@@ -1,4 +1,9 @@
-"""The gateway in front of a replayed cassette, both on real sockets."""
+"""The gateway in front of a replayed cassette: the replay upstream on a real socket (the gateway
+reaches it over aiohttp), the gateway in this process (``tests.helpers.in_process``).
+
+``gateway_stack(cassette_path, **settings)`` is the whole set-up of a recorded end-to-end test:
+``stack.client`` is the openai SDK on the gateway, ``stack.http`` an ``httpx.Client`` on it (paths
+such as ``"/v1/responses"``), ``stack.received()`` what the gateway sent upstream."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from app.main import create_app
 from app.recording.cassette import Cassette, load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.helpers import serve_in_thread
+from tests.helpers import IN_PROCESS_URL, in_process, openai_client, serve_in_thread
 
 
 @dataclass
@@ -23,6 +28,7 @@ class Stack:
     replay_url: str
     gateway_url: str
     client: openai.OpenAI
+    http: httpx.Client
 
     def received(self) -> list[dict[str, object]]:
         """What the gateway sent to the upstream, as the replay server saw it."""
@@ -37,7 +43,5 @@ def gateway_stack(cassette_path: Path, **settings: object) -> Iterator[Stack]:
     cassette = load_cassette(cassette_path)
     with serve_in_thread(create_replay_app(cassette)) as replay_url:
         app = create_app(Settings(upstream_url=replay_url, **settings))  # type: ignore[arg-type]
-        with serve_in_thread(app) as gateway_url:
-            client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="sk-test", max_retries=0)
-            yield Stack(cassette, replay_url, gateway_url, client)
-            client.close()
+        with in_process(app) as http:
+            yield Stack(cassette, replay_url, IN_PROCESS_URL, openai_client(http), http)
