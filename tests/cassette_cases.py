@@ -1,4 +1,5 @@
-"""Streaming /v1/responses turns of the shared recordings, as test cases."""
+"""Streaming /v1/responses turns of recordings, as test cases: by default the copies under
+tests/fixtures/upstream (tests of pure modules never read ../shared)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from app.recording.cassette import load_cassette, sse_data_events
-from tests.conftest import SHARED_CASSETTES
+from tests.recordings import FIXTURES
 
 
 @dataclass(frozen=True)
@@ -26,10 +27,8 @@ class StreamCase:
         return None
 
 
-def streaming_cases(root: Path = SHARED_CASSETTES) -> list[StreamCase]:
+def streaming_cases(root: Path = FIXTURES) -> list[StreamCase]:
     cases: list[StreamCase] = []
-    if not root.is_dir():
-        return cases
     for path in sorted(root.rglob("*.yaml")):
         cassette = load_cassette(path)
         for turn in cassette.turns:

@@ -1,21 +1,50 @@
+"""Fixtures shared by every test, and the rule that CI runs every test.
+
+A test that needs something this machine lacks (PostgreSQL, pgvector, Node.js, ``../shared``,
+the local embedding model) calls ``pytest.skip("<what is missing>")``. When the environment
+variable ``CI`` is true (``1``, ``true``, ``yes``, ``on``), :func:`pytest_runtest_makereport`
+turns every such skip into a failure that keeps the reason, so CI proves every path.
+"""
+
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED_CASSETTES = Path(
-    os.environ.get("RESPGATE_SHARED_CASSETTES", ROOT.parent / "shared" / "cassettes" / "upstream")
-)
+from tests.recordings import ROOT, SHARED_MISSING
+from tests.recordings import SHARED as SHARED_CASSETTES
+
+__all__ = ["ROOT", "SHARED_CASSETTES"]
+
+pytest_plugins = ("pytester",)
+
+
+def running_in_ci() -> bool:
+    """Whether ``CI`` is set to a true value (``CI=false`` / ``CI=0`` / ``CI=`` are not)."""
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Under CI a skipped test fails, with the skip's reason; an xfail stays an xfail."""
+    report = yield
+    if report.skipped and not hasattr(report, "wasxfail") and running_in_ci():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"CI is set, so a skip is a failure: {reason}"
+    return report
 
 
 @pytest.fixture(scope="session")
 def shared_cassettes() -> Path:
+    """The full set of recordings of ../shared (tests/recordings.py); skips without it."""
     if not SHARED_CASSETTES.is_dir():
-        pytest.skip(f"shared cassettes not found at {SHARED_CASSETTES}")
+        pytest.skip(SHARED_MISSING)
     return SHARED_CASSETTES
 
 
@@ -53,7 +82,7 @@ def counter_sse_url() -> Iterator[str]:
 def everything_url() -> Iterator[str]:
     """@modelcontextprotocol/server-everything over streamable HTTP: its /mcp endpoint.
 
-    Runs ``npm ci`` first when needed. Without node/npm: skipped, or failed when CI is set.
+    Runs ``npm ci`` first when needed; skipped without Node.js/npm.
     """
     from tests.mcp_servers.everything import (
         NodeUnavailableError,
@@ -64,8 +93,6 @@ def everything_url() -> Iterator[str]:
     try:
         ensure_installed()
     except NodeUnavailableError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"{exc} (CI is set, so this is a failure)")
         pytest.skip(str(exc))
     with serve_everything() as url:
         yield url

@@ -1,4 +1,6 @@
-"""Run ASGI apps on real sockets for end-to-end tests."""
+"""Run ASGI apps for end-to-end tests: in this process (``in_process``: no socket, for the
+openai SDK or httpx) or on a real socket (``serve_in_thread``: for what the gateway reaches over
+aiohttp, and for tests of sockets, disconnects and subprocesses)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,12 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import openai
 import uvicorn
+from starlette.testclient import TestClient
+
+# The base URL of an app run by ``in_process`` (no socket: any host would do).
+IN_PROCESS_URL = "http://testserver"
 
 
 def free_port() -> int:
@@ -19,24 +26,70 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class _Server(uvicorn.Server):
+    """uvicorn that stops as soon as it is told to, where ``uvicorn.Server`` polls for that every
+    0.1 s and then waits 0.1 s more (tests start and stop a few hundred servers)."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        self._stopped = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if not await self.on_tick(0):
+            await self._stopped.wait()
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        for server in self.servers:
+            server.close()
+        for connection in list(self.server_state.connections):
+            connection.shutdown()
+        # uvicorn offers nothing to wait on: its own shutdown polls these every 0.1 s.
+        while self.server_state.connections or self.server_state.tasks:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        for server in self.servers:
+            await server.wait_closed()
+        await self.lifespan.shutdown()
+
+    def stop(self) -> None:
+        self.should_exit = True
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+
+
 @contextlib.contextmanager
 def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
     """Serve ``app`` with uvicorn on 127.0.0.1 in a daemon thread; yields its base URL."""
     port = port or free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
+    server = _Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("server did not start")
-        time.sleep(0.01)
+        time.sleep(0.002)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
-        server.should_exit = True
+        server.stop()
         thread.join(timeout=10)
+
+
+@contextlib.contextmanager
+def in_process(app: Any) -> Iterator[TestClient]:
+    """``app`` in this process with its lifespan run, through Starlette's ``TestClient`` (an
+    ``httpx.Client`` on ``IN_PROCESS_URL``; responses stream as they are sent). A server error
+    answers 500 as on a real server rather than raising in the test."""
+    with TestClient(app, base_url=IN_PROCESS_URL, raise_server_exceptions=False) as client:
+        yield client
+
+
+def openai_client(http: TestClient) -> openai.OpenAI:
+    """The openai SDK talking to an ``in_process`` app."""
+    return openai.OpenAI(
+        base_url=f"{IN_PROCESS_URL}/v1", api_key="sk-test", max_retries=0, http_client=http
+    )
 
 
 def without_parsed(value: Any) -> Any:

@@ -10,13 +10,12 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from app.main import create_app
 from app.settings import Settings
 from tests.fakes import ScriptedUpstream, function_call, message
-from tests.helpers import serve_in_thread
+from tests.helpers import in_process
 
 SECRET = "tok-very-secret-123"
 
@@ -41,7 +40,7 @@ def test_headers_and_authorization_are_never_echoed_nor_stored(
         [[function_call("mcp__counter__sum", '{"a": 1, "b": 2}')], [message("3")]]
     )
     app = create_app(Settings(), upstream=upstream)
-    with serve_in_thread(app) as gateway, httpx.Client(base_url=gateway, timeout=30) as client:
+    with in_process(app) as client:
         body = {"model": "m", "input": "who am I?", "tools": [mcp_tool(counter_url)]}
         if stream:
             with client.stream("POST", "/v1/responses", json={**body, "stream": True}) as reply:
@@ -85,7 +84,7 @@ def test_headers_and_authorization_are_never_echoed_nor_stored(
 def test_bad_mcp_tools_are_400s_and_store_nothing(tool: dict[str, Any], param: str) -> None:
     upstream = ScriptedUpstream([])
     app = create_app(Settings(), upstream=upstream)
-    with serve_in_thread(app) as gateway, httpx.Client(base_url=gateway, timeout=30) as client:
+    with in_process(app) as client:
         for stream in (False, True):
             body = {"model": "m", "input": "hi", "tools": [tool], "stream": stream}
             reply = client.post("/v1/responses", json=body)

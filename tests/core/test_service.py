@@ -1,4 +1,5 @@
-"""ResponsesService: the streaming and the JSON path give the same final Response."""
+"""ResponsesService: the streaming and the JSON path give the same final Response (over the
+recordings of tests/fixtures; tests/recording/test_shared_corpus.py does it over ../shared)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from tests.cassette_cases import StreamCase, case, streaming_cases
 from tests.fakes import FakeUpstream, MemoryResponseStore
 from tests.lifecycle import assert_lifecycle, project
 
-CASES = [c for c in streaming_cases() if c.final_response and c.final_response.get("output")]
+
+def with_final_output(cases: list[StreamCase]) -> list[StreamCase]:
+    return [c for c in cases if c.final_response and c.final_response.get("output")]
+
+
+CASES = with_final_output(streaming_cases())
 
 # Fields of the Open Responses schema's required list (ResponseResource.json).
 REQUIRED_FIELDS = {
@@ -68,6 +74,10 @@ def assert_strict_fields(response: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("stream_case", CASES, ids=lambda c: c.name)
 async def test_stream_path_equals_json_path(stream_case: StreamCase) -> None:
+    await assert_stream_path_equals_json_path(stream_case)
+
+
+async def assert_stream_path_equals_json_path(stream_case: StreamCase) -> None:
     final = copy.deepcopy(stream_case.final_response)
     assert final is not None
     # What a non-streaming call would return: some servers describe themselves in

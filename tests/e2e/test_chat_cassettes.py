@@ -15,14 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from app.main import create_app
 from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.helpers import serve_in_thread
+from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
 
 JsonObject = dict[str, Any]
@@ -252,12 +251,12 @@ CASES = [
 
 
 @contextlib.contextmanager
-def chat_gateway(cassette: str, **settings: Any) -> Iterator[str]:
-    """A gateway whose chat upstream is the cassette, replayed strictly."""
+def chat_gateway(cassette: str, **settings: Any) -> Iterator[httpx.Client]:
+    """A gateway (in this process) whose chat upstream is the cassette, replayed strictly."""
     replay = create_replay_app(load_cassette(CASSETTES / cassette), strict=True)
     with serve_in_thread(replay) as upstream:
         app = create_app(Settings(upstream_url=upstream, upstream_kind="chat", **settings))
-        with serve_in_thread(app) as gateway:
+        with in_process(app) as gateway:
             yield gateway
 
 
@@ -302,13 +301,13 @@ def check_output(case: Case, response: JsonObject) -> None:
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.cassette.removesuffix(".yaml"))
 def test_chat_cassette(case: Case) -> None:
     with chat_gateway(case.cassette) as gateway:
-        client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-test")
+        client = openai_client(gateway)
         if not case.stream:
             response = client.responses.create(**case.request).model_dump(
                 mode="json", exclude_unset=True
             )
             check_output(case, response)
-            stored = httpx.get(f"{gateway}/v1/responses/{response['id']}").json()
+            stored = gateway.get(f"/v1/responses/{response['id']}").json()
             assert summarize(stored["output"]) == summarize(response["output"])
             return
         events = [
@@ -329,7 +328,7 @@ def test_chat_cassette(case: Case) -> None:
         kind = "response.completed" if case.status == "completed" else "response.incomplete"
         assert final["type"] == kind
         check_output(case, final["response"])
-        stored = httpx.get(f"{gateway}/v1/responses/{final['response']['id']}").json()
+        stored = gateway.get(f"/v1/responses/{final['response']['id']}").json()
         assert stored["output"] == final["response"]["output"]
 
 
@@ -355,7 +354,7 @@ def test_mcp_tool_loop_over_recorded_chat_traffic(counter_url: str, stream: bool
     carries the tool result the counter server really returned."""
     name = "vllm-tool-loop-sum-streaming.yaml" if stream else "vllm-tool-loop-sum.yaml"
     with chat_gateway(name) as gateway:
-        client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-test")
+        client = openai_client(gateway)
         request: JsonObject = {
             "model": "Qwen/Qwen2.5-7B-Instruct",
             "input": "Use the counter's sum tool to add 2 and 3, then tell me the result.",

@@ -25,7 +25,7 @@ from app.main import create_app
 from app.recording.cassette import Cassette, load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.helpers import serve_in_thread
+from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
 
 JsonObject = dict[str, Any]
@@ -67,13 +67,14 @@ GET_TIME = {
 
 
 @contextlib.contextmanager
-def gateway_over(cassette: Cassette, **upstream: Any) -> Iterator[tuple[str, str]]:
-    """(gateway URL, replay URL): a chat-kind gateway in front of the replayed recording."""
+def gateway_over(cassette: Cassette, **upstream: Any) -> Iterator[tuple[httpx.Client, str]]:
+    """(a client of the gateway, in this process; the replay URL): a chat-kind gateway in front
+    of the replayed recording."""
     with serve_in_thread(create_replay_app(cassette)) as replay:
         settings = Settings(
             upstreams=[{"name": "llamacpp", "url": replay, "kind": "chat", **upstream}]
         )
-        with serve_in_thread(create_app(settings)) as gateway:
+        with in_process(create_app(settings)) as gateway:
             yield gateway, replay
 
 
@@ -98,7 +99,7 @@ def run(
     asserts the gateway sent the recorded chat request."""
     cassette = load_cassette(RECORDED / name)
     with gateway_over(cassette, **upstream) as (gateway, replay):
-        client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-test")
+        client = openai_client(gateway)
         fields = {k: v for k, v in request.items() if k not in ("seed", "logit_bias")}
         extra = {k: request[k] for k in ("seed", "logit_bias") if k in request}
         events: list[JsonObject] = []
@@ -111,7 +112,7 @@ def run(
             final = client.responses.create(**fields, extra_body=extra).model_dump(
                 mode="json", exclude_unset=True
             )
-        stored = httpx.get(f"{gateway}/v1/responses/{final['id']}").json()
+        stored = gateway.get(f"/v1/responses/{final['id']}").json()
         assert stored["output"] == final["output"]
         sent = sent_requests(replay)
     recorded = [turn.request.body for turn in cassette.turns]
@@ -270,8 +271,8 @@ def test_tool_result_continuation() -> None:
 def test_models_and_readiness_of_a_chat_server() -> None:
     cassette = load_cassette(RECORDED / "models-health.yaml")
     with gateway_over(cassette) as (gateway, _):
-        assert httpx.get(f"{gateway}/ready").json()["upstreams"] == {"llamacpp": "ready"}
-        models = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-test").models.list()
+        assert gateway.get("/ready").json()["upstreams"] == {"llamacpp": "ready"}
+        models = openai_client(gateway).models.list()
         assert [m.id for m in models] == [MODEL]
 
 
@@ -281,15 +282,15 @@ def test_errors_before_the_stream() -> None:
     cassette = load_cassette(RECORDED / "errors.yaml")
     not_a_list, too_long = Cassette(turns=cassette.turns[:1]), Cassette(turns=cassette.turns[3:5])
     with gateway_over(not_a_list) as (gateway, _):
-        passthrough = httpx.post(
-            f"{gateway}/v1/chat/completions",
+        passthrough = gateway.post(
+            "/v1/chat/completions",
             json={"messages": "not-a-list", "model": MODEL},
         )
     assert passthrough.status_code == 400
     assert passthrough.json() == cassette.turns[0].response.body
     long_prompt = cassette.turns[3].request.body["messages"][0]["content"]
     with gateway_over(too_long) as (gateway, _):
-        client = openai.OpenAI(base_url=f"{gateway}/v1", api_key="sk-test", max_retries=0)
+        client = openai_client(gateway)
         for stream in (False, True):
             with pytest.raises(openai.BadRequestError) as caught:
                 client.responses.create(

@@ -39,7 +39,7 @@ from tests.e2e.test_chat_equivalence import (
     chat_completion,
     sse_body,
 )
-from tests.helpers import serve_in_thread, without_parsed
+from tests.helpers import in_process, openai_client, serve_in_thread, without_parsed
 from tests.lifecycle import assert_lifecycle
 
 JsonObject = dict[str, Any]
@@ -88,14 +88,13 @@ class ScriptedChatServer:
 
 @contextlib.contextmanager
 def chat_stack(script: list[Answer]) -> Iterator[tuple[ScriptedChatServer, openai.OpenAI]]:
-    """The scripted server and an SDK client of the gateway (kind ``chat``) in front of it."""
+    """The scripted server and an SDK client of the gateway (kind ``chat``, in this process) in
+    front of it."""
     server = ScriptedChatServer(list(script))
     with serve_in_thread(server.app()) as upstream_url:
         app = create_app(Settings(upstream_url=upstream_url, upstream_kind="chat"))
-        with serve_in_thread(app) as gateway_url:
-            client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="sk-test", max_retries=0)
-            yield server, client
-            client.close()
+        with in_process(app) as http:
+            yield server, openai_client(http)
     assert server.script == [], "some scripted answers were never asked for"
 
 

@@ -15,8 +15,8 @@ import openai
 import pytest
 
 from app.recording.cassette import load_cassette
-from tests.conftest import SHARED_CASSETTES
 from tests.helpers import free_port
+from tests.recordings import shared
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "app" / "recording" / "bundled" / "quickstart-vllm-gpt-oss.yaml"
@@ -57,9 +57,7 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], seconds: float = 30) -> N
 
 
 def test_quickstart_cassette_is_a_real_vllm_recording() -> None:
-    if not SHARED_CASSETTES.is_dir():
-        pytest.skip("no shared cassettes")
-    recorded = SHARED_CASSETTES / "reasoning" / "responses"
+    recorded = shared("reasoning/responses")
     originals = [
         load_cassette(recorded / f"reasoning-single-openai-gpt-oss-20b-{kind}.yaml").turns[0]
         for kind in ("nonstreaming", "streaming")

@@ -52,11 +52,12 @@ from app.main import create_app
 from app.recording.cassette import Cassette, Turn, load_cassette, sse_data_events
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.conftest import SHARED_CASSETTES
 from tests.fakes import MemoryResponseStore
-from tests.helpers import serve_in_thread
+from tests.helpers import in_process, serve_in_thread
+from tests.recordings import SHARED as SHARED_CASSETTES
+from tests.recordings import needs_shared
 
-pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
+pytestmark = needs_shared
 
 JsonObject = dict[str, Any]
 
@@ -260,12 +261,15 @@ def parse_sse(text: str) -> list[JsonObject]:
 
 
 @contextlib.contextmanager
-def gateway_for(cassette: Cassette, store_kind: str, data_dir: Path) -> Iterator[tuple[str, str]]:
+def gateway_for(
+    cassette: Cassette, store_kind: str, data_dir: Path
+) -> Iterator[tuple[httpx.Client, str]]:
+    """A client of the gateway (in this process) and the URL of its replay upstream."""
     with serve_in_thread(create_replay_app(responses_only(cassette))) as replay_url:
         store = MemoryResponseStore() if store_kind == "memory" else None
         settings = Settings(upstream_url=replay_url, data_dir=data_dir)
-        with serve_in_thread(create_app(settings, store=store)) as gateway_url:
-            yield gateway_url, replay_url
+        with in_process(create_app(settings, store=store)) as client:
+            yield client, replay_url
 
 
 @pytest.mark.parametrize("store_kind", ["memory", "sqlite"])
@@ -275,10 +279,7 @@ def test_recorded_conversation(recording: str, store_kind: str, tmp_path: Path) 
     ids = IdMap()
     expected = ExpectedState()
     upstream_turns = 0
-    with (
-        gateway_for(cassette, store_kind, tmp_path) as (gateway_url, replay_url),
-        httpx.Client(base_url=gateway_url, timeout=30) as client,
-    ):
+    with gateway_for(cassette, store_kind, tmp_path) as (client, replay_url):
         for turn in cassette.turns:
             problems: list[str] = []
             request = turn.request

@@ -39,7 +39,8 @@ DOCS = {
 }
 
 pytestmark = pytest.mark.skipif(
-    not local_embeddings_installed(), reason="needs respgate[embeddings] (the local model)"
+    not local_embeddings_installed(),
+    reason="the local embedding model (respgate[embeddings]) is not installed",
 )
 
 

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 from mcp.server.mcpserver import MCPServer
 
@@ -25,7 +24,7 @@ from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
 from tests.fakes import scripted_cassette
-from tests.helpers import serve_in_thread
+from tests.helpers import in_process, openai_client, serve_in_thread
 
 JsonObject = dict[str, Any]
 
@@ -146,12 +145,12 @@ def test_recorded_mcp_exchange_is_reproduced(shared_cassettes: Path, name: str) 
     with (
         serve_recorded_counter() as mcp_url,
         serve_in_thread(create_replay_app(cassette)) as replay_url,
-        serve_in_thread(create_app(Settings(upstream_url=replay_url))) as gateway_url,
+        in_process(create_app(Settings(upstream_url=replay_url))) as http,
     ):
         body = json.loads(json.dumps(request))
         for tool in body["tools"]:
             tool["server_url"] = mcp_url
-        client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="sk-test", max_retries=0)
+        client = openai_client(http)
         kwargs = {k: v for k, v in body.items() if k != "stream"}
         if request.get("stream"):
             with client.responses.stream(**kwargs) as stream:
@@ -161,7 +160,6 @@ def test_recorded_mcp_exchange_is_reproduced(shared_cassettes: Path, name: str) 
             final = client.responses.create(**kwargs).model_dump(mode="json")
             types = []
         stored = client.responses.retrieve(final["id"]).model_dump(mode="json")
-        client.close()
 
     expected = [view(item) for item in recorded["output"]]
     got = [view(item) for item in final["output"]]

@@ -14,12 +14,13 @@ import openai
 import pytest
 
 from app.recording.cassette import Turn, sse_data_events
-from tests.conftest import SHARED_CASSETTES
-from tests.e2e.conftest import gateway_stack
+from tests.e2e.conftest import SharedStack
 from tests.helpers import without_parsed
 from tests.lifecycle import assert_lifecycle, project
+from tests.recordings import SHARED as SHARED_CASSETTES
+from tests.recordings import needs_shared
 
-pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
+pytestmark = needs_shared
 
 JSON_CASES = [
     "text_only/responses/resp-single-gpt-4o-nonstreaming.yaml",
@@ -75,68 +76,66 @@ def responses_turns(cassette_turns: list[Turn]) -> list[Turn]:
 
 
 @pytest.mark.parametrize("relative", JSON_CASES + STATELESS_MULTI_TURN)
-def test_create_matches_recording(relative: str) -> None:
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        turns = responses_turns(stack.cassette.turns)
-        for turn in turns:
-            body = dict(turn.request.body)
-            response = stack.client.responses.create(**sdk_kwargs(body))
-            data = response.model_dump(mode="json", warnings=False)
-            assert response.status == "completed"
-            assert project(data["output"]) == project(recorded_output(turn))
-            assert response.id.startswith("resp_")
-            assert response.usage is not None
-        sent = stack.received()
-        assert [r["body"] for r in sent] == [t.request.body for t in turns]
-        assert {r["path"] for r in sent} == {"/v1/responses"}
+def test_create_matches_recording(replay_stack: SharedStack, relative: str) -> None:
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    turns = responses_turns(stack.cassette.turns)
+    for turn in turns:
+        body = dict(turn.request.body)
+        response = stack.client.responses.create(**sdk_kwargs(body))
+        data = response.model_dump(mode="json", warnings=False)
+        assert response.status == "completed"
+        assert project(data["output"]) == project(recorded_output(turn))
+        assert response.id.startswith("resp_")
+        assert response.usage is not None
+    sent = stack.received()
+    assert [r["body"] for r in sent] == [t.request.body for t in turns]
+    assert {r["path"] for r in sent} == {"/v1/responses"}
 
 
 @pytest.mark.parametrize("relative", STREAM_CASES)
-def test_stream_matches_recording(relative: str) -> None:
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        (turn,) = responses_turns(stack.cassette.turns)
-        body = {k: v for k, v in turn.request.body.items() if k != "stream"}
-        events: list[dict[str, Any]] = []
-        with stack.client.responses.stream(**sdk_kwargs(body)) as stream:
-            for event in stream:
-                events.append(event.model_dump(mode="json", warnings=False))
-            final = stream.get_final_response()
-        completed = assert_lifecycle(events)
-        assert final.status == "completed"
-        assert final.model_dump(mode="json", warnings=False)["output"] == completed["output"]
-        # Stored once, before the client saw it complete: retrieval gives the same object.
-        stored = stack.client.responses.retrieve(final.id)
-        assert stored.model_dump(mode="json", warnings=False) == without_parsed(
-            events[-1]["response"]
-        )
-        expected = recorded_output(turn)
-        if expected:
-            assert project(completed["output"]) == project(expected)
-        else:
-            text = stack.cassette.extra.get("expected_text")
-            call = stack.cassette.extra.get("expected_function_call")
-            if text is not None:
-                assert final.output_text.strip() == text
-            if call is not None:
-                (item,) = [i for i in completed["output"] if i["type"] == "function_call"]
-                assert item["name"] == call["name"]
-        sent = stack.received()
-        assert [r["body"] for r in sent] == [turn.request.body]
+def test_stream_matches_recording(replay_stack: SharedStack, relative: str) -> None:
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    (turn,) = responses_turns(stack.cassette.turns)
+    body = {k: v for k, v in turn.request.body.items() if k != "stream"}
+    events: list[dict[str, Any]] = []
+    with stack.client.responses.stream(**sdk_kwargs(body)) as stream:
+        for event in stream:
+            events.append(event.model_dump(mode="json", warnings=False))
+        final = stream.get_final_response()
+    completed = assert_lifecycle(events)
+    assert final.status == "completed"
+    assert final.model_dump(mode="json", warnings=False)["output"] == completed["output"]
+    # Stored once, before the client saw it complete: retrieval gives the same object.
+    stored = stack.client.responses.retrieve(final.id)
+    assert stored.model_dump(mode="json", warnings=False) == without_parsed(events[-1]["response"])
+    expected = recorded_output(turn)
+    if expected:
+        assert project(completed["output"]) == project(expected)
+    else:
+        text = stack.cassette.extra.get("expected_text")
+        call = stack.cassette.extra.get("expected_function_call")
+        if text is not None:
+            assert final.output_text.strip() == text
+        if call is not None:
+            (item,) = [i for i in completed["output"] if i["type"] == "function_call"]
+            assert item["name"] == call["name"]
+    sent = stack.received()
+    assert [r["body"] for r in sent] == [turn.request.body]
 
 
-def test_streamed_text_arrives_as_deltas() -> None:
+def test_streamed_text_arrives_as_deltas(replay_stack: SharedStack) -> None:
     relative = "reasoning/responses/reasoning-single-openai-gpt-oss-20b-streaming.yaml"
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        (turn,) = responses_turns(stack.cassette.turns)
-        body = {k: v for k, v in turn.request.body.items() if k != "stream"}
-        recorded = [e for e in sse_data_events(turn) if e["type"].endswith(".delta")]
-        with stack.client.responses.stream(**sdk_kwargs(body)) as stream:
-            deltas = [e.delta for e in stream if e.type.endswith(".delta")]
-        assert deltas == [e["delta"] for e in recorded]
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    (turn,) = responses_turns(stack.cassette.turns)
+    body = {k: v for k, v in turn.request.body.items() if k != "stream"}
+    recorded = [e for e in sse_data_events(turn) if e["type"].endswith(".delta")]
+    with stack.client.responses.stream(**sdk_kwargs(body)) as stream:
+        deltas = [e.delta for e in stream if e.type.endswith(".delta")]
+    assert deltas == [e["delta"] for e in recorded]
 
 
-def test_models_are_forwarded() -> None:
+def test_models_are_forwarded(replay_stack: SharedStack) -> None:
     relative = "text_only/responses/resp-single-gpt-4o-nonstreaming.yaml"
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        models = [m.id for m in stack.client.models.list()]
-        assert models == ["gpt-4o"]
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    models = [m.id for m in stack.client.models.list()]
+    assert models == ["gpt-4o"]

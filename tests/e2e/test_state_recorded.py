@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 
 from app.recording.cassette import Turn
-from tests.conftest import SHARED_CASSETTES
-from tests.e2e.conftest import gateway_stack
+from tests.e2e.conftest import SharedStack
 from tests.e2e.test_openai_sdk import sdk_kwargs
+from tests.recordings import SHARED as SHARED_CASSETTES
+from tests.recordings import needs_shared
 
-pytestmark = pytest.mark.skipif(not SHARED_CASSETTES.is_dir(), reason="no shared cassettes")
+pytestmark = needs_shared
 
 JsonObject = dict[str, Any]
 
@@ -76,95 +77,97 @@ def responses_turns(turns: list[Turn]) -> list[Turn]:
 
 
 @pytest.mark.parametrize("relative", CHAINS)
-def test_previous_response_id_chain_sends_the_whole_history(relative: str) -> None:
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        turns = responses_turns(stack.cassette.turns)
-        gateway_id: dict[str, str] = {}  # recorded response id -> the gateway's
-        history: dict[str, list[JsonObject]] = {}  # gateway response id -> its checkpoint
-        for turn in turns:
-            body = dict(turn.request.body)
-            parent = body.get("previous_response_id")
-            if parent:
-                body["previous_response_id"] = gateway_id[parent]
-            response = stack.client.responses.create(**sdk_kwargs(body))
-            recorded = turn.response.body
-            gateway_id[recorded["id"]] = response.id
-            output = response.model_dump(mode="json", warnings=False)["output"]
-            assert [view(i) for i in output] == [view(i) for i in recorded["output"]]
+def test_previous_response_id_chain_sends_the_whole_history(
+    replay_stack: SharedStack, relative: str
+) -> None:
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    turns = responses_turns(stack.cassette.turns)
+    gateway_id: dict[str, str] = {}  # recorded response id -> the gateway's
+    history: dict[str, list[JsonObject]] = {}  # gateway response id -> its checkpoint
+    for turn in turns:
+        body = dict(turn.request.body)
+        parent = body.get("previous_response_id")
+        if parent:
+            body["previous_response_id"] = gateway_id[parent]
+        response = stack.client.responses.create(**sdk_kwargs(body))
+        recorded = turn.response.body
+        gateway_id[recorded["id"]] = response.id
+        output = response.model_dump(mode="json", warnings=False)["output"]
+        assert [view(i) for i in output] == [view(i) for i in recorded["output"]]
 
-            sent = stack.received()[-1]["body"]
-            assert isinstance(sent, dict)
-            assert "previous_response_id" not in sent
-            expected = [*history.get(body.get("previous_response_id", ""), [])]
-            expected += as_items(turn.request.body["input"])
-            assert [view(i) for i in as_items(sent["input"])] == [view(i) for i in expected]
-            history[response.id] = [*expected, *output]
+        sent = stack.received()[-1]["body"]
+        assert isinstance(sent, dict)
+        assert "previous_response_id" not in sent
+        expected = [*history.get(body.get("previous_response_id", ""), [])]
+        expected += as_items(turn.request.body["input"])
+        assert [view(i) for i in as_items(sent["input"])] == [view(i) for i in expected]
+        history[response.id] = [*expected, *output]
 
-            stored = stack.client.responses.retrieve(response.id)
-            assert stored.model_dump(mode="json", warnings=False) == response.model_dump(
-                mode="json", warnings=False
-            )
+        stored = stack.client.responses.retrieve(response.id)
+        assert stored.model_dump(mode="json", warnings=False) == response.model_dump(
+            mode="json", warnings=False
+        )
 
 
 @pytest.mark.parametrize("relative", CLIENT_SIDE_HISTORY)
-def test_client_side_history_is_supplied_by_the_gateway(relative: str) -> None:
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        turns = responses_turns(stack.cassette.turns)
-        first, *rest = turns
-        previous = stack.client.responses.create(**sdk_kwargs(dict(first.request.body)))
-        history = [*as_items(first.request.body["input"]), *first.response.body["output"]]
-        for turn in rest:
-            recorded_input = as_items(turn.request.body["input"])
-            assert [view(i) for i in recorded_input[: len(history)]] == [
-                view(i) for i in history
-            ], "the recorded client did not resend the whole history"
-            new_input = recorded_input[len(history) :]
-            body = {**turn.request.body, "input": new_input, "previous_response_id": previous.id}
-            previous = stack.client.responses.create(**sdk_kwargs(body))
-            sent = stack.received()[-1]["body"]
-            assert isinstance(sent, dict)
-            assert [view(i) for i in as_items(sent["input"])] == [view(i) for i in recorded_input]
-            history = [*recorded_input, *turn.response.body["output"]]
+def test_client_side_history_is_supplied_by_the_gateway(
+    replay_stack: SharedStack, relative: str
+) -> None:
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    turns = responses_turns(stack.cassette.turns)
+    first, *rest = turns
+    previous = stack.client.responses.create(**sdk_kwargs(dict(first.request.body)))
+    history = [*as_items(first.request.body["input"]), *first.response.body["output"]]
+    for turn in rest:
+        recorded_input = as_items(turn.request.body["input"])
+        assert [view(i) for i in recorded_input[: len(history)]] == [view(i) for i in history], (
+            "the recorded client did not resend the whole history"
+        )
+        new_input = recorded_input[len(history) :]
+        body = {**turn.request.body, "input": new_input, "previous_response_id": previous.id}
+        previous = stack.client.responses.create(**sdk_kwargs(body))
+        sent = stack.received()[-1]["body"]
+        assert isinstance(sent, dict)
+        assert [view(i) for i in as_items(sent["input"])] == [view(i) for i in recorded_input]
+        history = [*recorded_input, *turn.response.body["output"]]
 
 
-def test_input_items_lists_the_new_input_of_a_response() -> None:
+def test_input_items_lists_the_new_input_of_a_response(replay_stack: SharedStack) -> None:
     relative = "tool_calls/multi_turn/responses_tool_calls_3turn.yaml"
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        turns = responses_turns(stack.cassette.turns)
-        first = stack.client.responses.create(**sdk_kwargs(dict(turns[0].request.body)))
-        body = {**turns[1].request.body, "previous_response_id": first.id}
-        second = stack.client.responses.create(**sdk_kwargs(body))
-        page = stack.client.responses.input_items.list(second.id, order="asc")
-        assert [view(i.model_dump(mode="json", warnings=False)) for i in page.data] == [
-            view(i) for i in as_items(turns[1].request.body["input"])
-        ]
-        assert all(i.id for i in page.data)
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    turns = responses_turns(stack.cassette.turns)
+    first = stack.client.responses.create(**sdk_kwargs(dict(turns[0].request.body)))
+    body = {**turns[1].request.body, "previous_response_id": first.id}
+    second = stack.client.responses.create(**sdk_kwargs(body))
+    page = stack.client.responses.input_items.list(second.id, order="asc")
+    assert [view(i.model_dump(mode="json", warnings=False)) for i in page.data] == [
+        view(i) for i in as_items(turns[1].request.body["input"])
+    ]
+    assert all(i.id for i in page.data)
 
 
-def test_deleted_response_cannot_be_retrieved_or_continued() -> None:
+def test_deleted_response_cannot_be_retrieved_or_continued(replay_stack: SharedStack) -> None:
     import openai
 
     relative = "text_only/responses/resp-two-turn-gpt-4o-nonstreaming.yaml"
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        first_turn = responses_turns(stack.cassette.turns)[0]
-        first = stack.client.responses.create(**sdk_kwargs(dict(first_turn.request.body)))
-        stack.client.responses.delete(first.id)
-        with pytest.raises(openai.NotFoundError):
-            stack.client.responses.retrieve(first.id)
-        with pytest.raises(openai.BadRequestError) as caught:
-            stack.client.responses.create(
-                model="gpt-4o", input="and?", previous_response_id=first.id
-            )
-        assert caught.value.code == "previous_response_not_found"
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    first_turn = responses_turns(stack.cassette.turns)[0]
+    first = stack.client.responses.create(**sdk_kwargs(dict(first_turn.request.body)))
+    stack.client.responses.delete(first.id)
+    with pytest.raises(openai.NotFoundError):
+        stack.client.responses.retrieve(first.id)
+    with pytest.raises(openai.BadRequestError) as caught:
+        stack.client.responses.create(model="gpt-4o", input="and?", previous_response_id=first.id)
+    assert caught.value.code == "previous_response_not_found"
 
 
-def test_store_false_is_not_retrievable() -> None:
+def test_store_false_is_not_retrievable(replay_stack: SharedStack) -> None:
     import openai
 
     relative = "text_only/responses/resp-no-store-gpt-4o-nonstreaming.yaml"
-    with gateway_stack(SHARED_CASSETTES / relative) as stack:
-        turn = responses_turns(stack.cassette.turns)[0]
-        response = stack.client.responses.create(**sdk_kwargs(dict(turn.request.body)))
-        assert response.store is False
-        with pytest.raises(openai.NotFoundError):
-            stack.client.responses.retrieve(response.id)
+    stack = replay_stack.play(SHARED_CASSETTES / relative)
+    turn = responses_turns(stack.cassette.turns)[0]
+    response = stack.client.responses.create(**sdk_kwargs(dict(turn.request.body)))
+    assert response.store is False
+    with pytest.raises(openai.NotFoundError):
+        stack.client.responses.retrieve(response.id)

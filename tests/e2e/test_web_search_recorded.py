@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from app.main import create_app
@@ -45,7 +44,7 @@ from app.recording.cassette import (
 from app.recording.replay import create_replay_app
 from app.settings import Settings
 from tests.fakes import scripted_cassette
-from tests.helpers import serve_in_thread
+from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
 from tests.search_servers import doc, serve_search
 
@@ -174,8 +173,8 @@ def test_recorded_web_search_exchange_is_reproduced(
             web_search_base_url=search.base_url,
             web_search_max_results=len(sources),
         )
-        with serve_in_thread(create_app(settings)) as gateway_url:
-            client = openai.OpenAI(base_url=f"{gateway_url}/v1", api_key="sk-test", max_retries=0)
+        with in_process(create_app(settings)) as http:
+            client = openai_client(http)
             kwargs = {k: v for k, v in request.items() if k != "stream"}
             kwargs["include"] = [INCLUDE_SOURCES]
             events: list[JsonObject] = []
@@ -190,7 +189,6 @@ def test_recorded_web_search_exchange_is_reproduced(
             else:
                 final = client.responses.create(**kwargs).model_dump(mode="json", warnings=False)
             stored = client.responses.retrieve(final["id"]).model_dump(mode="json", warnings=False)
-            client.close()
         sent = httpx.get(f"{replay_url}/__replay/requests").json()
         searched = [r.params["q"] for r in search.requests]
 

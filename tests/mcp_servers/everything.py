@@ -8,6 +8,7 @@ does it too when node_modules is missing, so a plain ``pytest`` works on a fresh
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -35,22 +36,31 @@ class NodeUnavailableError(RuntimeError):
 def ensure_installed() -> Path:
     """The server's entry point, running ``npm ci`` first if node_modules lacks it."""
     if shutil.which("node") is None or shutil.which("npm") is None:
-        raise NodeUnavailableError("node and npm are needed to run server-everything")
-    if not ENTRY_POINT.is_file():
-        completed = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT,
-            check=False,
+        raise NodeUnavailableError(
+            "Node.js (node and npm) is not installed: the npm MCP server server-everything needs it"
         )
-        if completed.returncode != 0 or not ENTRY_POINT.is_file():
-            raise RuntimeError(
-                f"npm ci in {NODE_DIR} failed (exit code {completed.returncode}):\n"
-                f"{completed.stdout[-2000:]}\n{completed.stderr[-4000:]}"
-            )
+    # One install at a time: each pytest-xdist worker may get here at once.
+    with (NODE_DIR / "package.json").open("rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ENTRY_POINT.is_file():
+            _npm_ci()
     return ENTRY_POINT
+
+
+def _npm_ci() -> None:
+    completed = subprocess.run(
+        ["npm", "ci", "--no-audit", "--no-fund"],
+        cwd=NODE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+        check=False,
+    )
+    if completed.returncode != 0 or not ENTRY_POINT.is_file():
+        raise RuntimeError(
+            f"npm ci in {NODE_DIR} failed (exit code {completed.returncode}):\n"
+            f"{completed.stdout[-2000:]}\n{completed.stderr[-4000:]}"
+        )
 
 
 def _port_answers(port: int) -> bool:

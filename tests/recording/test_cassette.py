@@ -18,22 +18,23 @@ from app.recording.cassette import (
     split_sse_lines,
     sse_data_events,
 )
-from tests.recording.shared import SHARED, shared, shared_cassette_files
+from tests.recordings import FIXTURES, cassette_files, fixture
 
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="shared cassettes not available")
-
-FILES = shared_cassette_files()
-
-
-def test_shared_corpus_is_found() -> None:
-    assert len(FILES) >= 70
-    names = {p.name for p in FILES}
-    assert "tools.json" not in names
-    assert "pipeline_tools.json" not in names
+# The copies of tests/fixtures/upstream (tests/recording/test_shared_corpus.py loads ../shared).
+FILES = cassette_files(FIXTURES)
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SHARED)))
-def test_every_shared_cassette_loads(path: Path) -> None:
+def relative_name(path: Path) -> str:
+    return str(path.relative_to(FIXTURES))
+
+
+def test_the_fixtures_are_found() -> None:
+    assert len(FILES) >= 15
+    assert {"tools.json", "pipeline_tools.json"}.isdisjoint(p.name for p in FILES)
+
+
+@pytest.mark.parametrize("path", FILES, ids=relative_name)
+def test_every_fixture_cassette_loads(path: Path) -> None:
     cassette = load_cassette(path)
     assert cassette.turns
     for turn in cassette.turns:
@@ -49,22 +50,9 @@ def test_every_shared_cassette_loads(path: Path) -> None:
             assert turn.response.body is not None
 
 
-ROUND_TRIP = [
-    "text_only/responses/resp-single-gpt-4o-streaming.yaml",
-    "text_only/conversation/conv-isolation-gpt-4o-nonstreaming.yaml",
-    "sglang/sglang-tool-call-auto-Qwen-Qwen3-8B-streaming.yaml",
-    "tool_calls/multi_turn/responses_tool_calls_tool_output_only.yaml",
-    "tool_calls/multi_turn/gateway_web_search_then_codex_namespace.yaml",
-    "conversations/conversations-edge-cases-gateway.yaml",
-    "web_search/gpt_oss_web_search_streaming.yaml",
-    "events/text-only-vllm-gemma4.yaml",
-    "file_search/vllm-file-search-openai-gpt-oss-20b.json",
-]
-
-
-@pytest.mark.parametrize("relative", ROUND_TRIP)
-def test_dump_load_round_trip_preserves_turns(relative: str, tmp_path: Path) -> None:
-    original = load_cassette(shared(relative))
+@pytest.mark.parametrize("path", FILES, ids=relative_name)
+def test_dump_load_round_trip_preserves_turns(path: Path, tmp_path: Path) -> None:
+    original = load_cassette(path)
     out = tmp_path / "nested" / "copy.yaml"
     dump_cassette(original, out)
     again = load_cassette(out)
@@ -78,24 +66,25 @@ def test_dump_load_round_trip_preserves_turns(relative: str, tmp_path: Path) -> 
     [
         "text_only/responses/resp-single-gpt-4o-streaming.yaml",
         "text_only/conversation/conv-two-turn-gpt-4o-streaming.yaml",
-        "tool_calls/multi_turn/responses_tool_calls_tool_output_only.yaml",
-        "async_tools/async-tool-gateway-wait-tool-Qwen-Qwen3.6-35B-A3B-nonstreaming.yaml",
+        "conversations/conversations-edge-cases-gateway.yaml",
+        "tool_calls/tool-call-required-Qwen-Qwen3-30B-A3B-FP8-streaming.yaml",
+        "web_search/gpt_oss_web_search_streaming.yaml",
     ],
 )
 def test_dump_reproduces_recorder_text_byte_for_byte(relative: str, tmp_path: Path) -> None:
     out = tmp_path / "copy.yaml"
-    dump_cassette(load_cassette(shared(relative)), out)
-    assert out.read_bytes() == shared(relative).read_bytes()
+    dump_cassette(load_cassette(fixture(relative)), out)
+    assert out.read_bytes() == fixture(relative).read_bytes()
 
 
 def test_sglang_provider_block_is_kept() -> None:
-    cassette = load_cassette(shared("sglang/sglang-stateful-Qwen-Qwen3-8B-nonstreaming.yaml"))
+    cassette = load_cassette(fixture("sglang/sglang-stateful-Qwen-Qwen3-8B-nonstreaming.yaml"))
     assert cassette.extra["provider"]["name"] == "sglang"
     assert len(cassette.turns) == 2
 
 
 def test_event_fixture_becomes_one_valid_sse_turn() -> None:
-    cassette = load_cassette(shared("events/text-only-vllm-gemma4.yaml"))
+    cassette = load_cassette(fixture("events/text-only-vllm-gemma4.yaml"))
     (turn,) = cassette.turns
     assert (turn.request.method, turn.request.path) == ("POST", "/v1/responses")
     body = turn.request.body
@@ -115,7 +104,7 @@ def test_event_fixture_becomes_one_valid_sse_turn() -> None:
 
 
 def test_json_cassette_without_headers_loads() -> None:
-    cassette = load_cassette(shared("file_search/vllm-file-search-openai-gpt-oss-20b.json"))
+    cassette = load_cassette(fixture("file_search/vllm-file-search-openai-gpt-oss-20b.json"))
     assert [t.filename for t in cassette.turns] == ["t1", "t2"]
     assert all(t.request.headers == {} and t.request.query_params == {} for t in cassette.turns)
     assert "metadata" in cassette.extra

@@ -17,16 +17,14 @@ from app.recording.cassette import load_cassette, sse_data_events
 from app.recording.record import create_record_app, upstream_target
 from app.recording.replay import create_replay_app
 from tests.helpers import free_port, serve_in_thread
-from tests.recording.shared import SHARED, shared
-
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="shared cassettes not available")
+from tests.recordings import fixture, shared
 
 STREAMING = "text_only/responses/resp-two-turn-gpt-4o-streaming.yaml"
 CONVERSATION = "text_only/conversation/conv-two-turn-gpt-4o-nonstreaming.yaml"
 
 
 def test_records_json_turns_through_the_proxy(tmp_path: Path) -> None:
-    original = load_cassette(shared(CONVERSATION))
+    original = load_cassette(fixture(CONVERSATION))
     out = tmp_path / "recorded.yaml"
     with (
         serve_in_thread(create_replay_app(original)) as upstream,
@@ -105,7 +103,7 @@ def test_records_sse_turns_line_for_line(tmp_path: Path) -> None:
 
 
 def test_recording_replays_like_the_original(tmp_path: Path) -> None:
-    original = load_cassette(shared("text_only/responses/resp-single-gpt-4o-streaming.yaml"))
+    original = load_cassette(fixture("text_only/responses/resp-single-gpt-4o-streaming.yaml"))
     out = tmp_path / "again.yaml"
     body = original.turns[0].request.body
     with (

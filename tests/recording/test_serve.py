@@ -10,16 +10,13 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
 from app.recording.cassette import load_cassette
 from tests.helpers import free_port
-from tests.recording.shared import SHARED, shared
-
-pytestmark = pytest.mark.skipif(not SHARED.is_dir(), reason="shared cassettes not available")
+from tests.recordings import fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-CASSETTE = shared("text_only/responses/resp-single-gpt-4o-nonstreaming.yaml")
+CASSETTE = fixture("text_only/responses/resp-single-gpt-4o-nonstreaming.yaml")
 
 
 @contextmanager

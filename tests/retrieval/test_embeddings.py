@@ -79,7 +79,8 @@ def test_unavailable_error_envelope() -> None:
 # ----------------------------------------------------------------------------- local model
 
 needs_local = pytest.mark.skipif(
-    not local_embeddings_installed(), reason="respgate[embeddings] is not installed"
+    not local_embeddings_installed(),
+    reason="the local embedding model (respgate[embeddings]) is not installed",
 )
 
 
