@@ -30,8 +30,8 @@ from app.main import create_app
 from app.recording.cassette import CassetteError, Turn, load_cassette, sse_data_events
 from app.settings import Settings
 from app.upstream.chat_response import ChatStreamTranslator, to_response
-from tests.conftest import SHARED_CASSETTES
 from tests.fakes import FakeEmbedder, ListEventStream
+from tests.recordings import SHARED, needs_shared
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT_CASSETTES = ROOT / "cassettes"
@@ -301,10 +301,9 @@ def test_project_cassettes_validate_with_the_sdk(gateway: tuple[TestClient, Any]
     assert replay_and_validate(gateway, cases) > 4 * len(cases)
 
 
+@needs_shared
 def test_shared_recordings_validate_with_the_sdk(gateway: tuple[TestClient, Any]) -> None:
-    if not SHARED_CASSETTES.is_dir():
-        pytest.skip(f"shared recordings not found at {SHARED_CASSETTES}")
-    cases = replay_cases(SHARED_CASSETTES)
+    cases = replay_cases(SHARED)
     assert len(cases) > 50
     assert replay_and_validate(gateway, cases) > 4 * len(cases)
 
