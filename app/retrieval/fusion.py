@@ -28,8 +28,8 @@ from __future__ import annotations
 import asyncio
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Hashable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any, Protocol, TypeVar
 
 from app.core.ports import SearchHit
 
@@ -49,6 +49,20 @@ _EDGE_JUNK = "\"'`\u201c\u201d\u2018\u2019\u00ab\u00bb()[]{}<>,;:!?"
 def semantic_score(cosine: float) -> float:
     """Cosine similarity as a score: ``max(0, cos)``, at most 1."""
     return min(1.0, max(0.0, float(cosine)))
+
+
+def semantic_hits(
+    ids: Sequence[int], scores: Sequence[float], rows: Mapping[int, Sequence[Any]]
+) -> list[SearchHit]:
+    """The hits of an exact search, best first: ``ids`` and their cosine ``scores``, with each
+    chunk's row ``(id, file_id, position, text)`` from ``rows``; a chunk deleted since its
+    matrix was read has no row and is left out."""
+    hits: list[SearchHit] = []
+    for chunk_id, score in zip(ids, scores, strict=True):
+        row = rows.get(chunk_id)
+        if row is not None:
+            hits.append(SearchHit(str(row[1]), int(row[2]), str(row[3]), semantic_score(score)))
+    return hits
 
 
 def keyword_score(relevance: float) -> float:

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ports import IndexedChunk, SearchHit
 from app.retrieval import pg_shared
-from app.retrieval.fusion import RankedIndex, semantic_score
+from app.retrieval.fusion import RankedIndex, semantic_hits
 from app.retrieval.matrix import (
     THREAD_MIN_ROWS,
     FloatArray,
@@ -176,13 +176,7 @@ class PgArrayIndex(RankedIndex):
             return []
         async with self._engine.connect() as conn:
             found = {int(row[0]): row for row in await conn.execute(_BY_IDS, {"ids": ids})}
-        hits: list[SearchHit] = []
-        for chunk_id, score in zip(ids, scores, strict=True):
-            row = found.get(chunk_id)
-            if row is None:  # deleted since the matrix was read
-                continue
-            hits.append(SearchHit(str(row[1]), int(row[2]), str(row[3]), semantic_score(score)))
-        return hits
+        return semantic_hits(ids, scores, found)
 
     async def keyword(
         self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None

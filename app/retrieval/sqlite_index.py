@@ -42,7 +42,7 @@ from app.retrieval.fusion import (
     RankedIndex,
     keyword_score,
     query_terms,
-    semantic_score,
+    semantic_hits,
 )
 from app.retrieval.matrix import Matrix, MatrixCache, matrix_of, query_vector, top_rows
 from app.store import tables
@@ -241,14 +241,7 @@ class SqliteVectorIndex(RankedIndex):
         if not ids:
             return []
         fetched = await self._fetch(_BY_IDS_SQL, (json_dumps(ids),))
-        found = {int(row[0]): row for row in fetched}
-        hits: list[SearchHit] = []
-        for chunk_id, score in zip(ids, scores, strict=True):
-            row = found.get(chunk_id)
-            if row is None:  # deleted since the matrix was read
-                continue
-            hits.append(SearchHit(row[1], int(row[2]), str(row[3]), semantic_score(score)))
-        return hits
+        return semantic_hits(ids, scores, {int(row[0]): row for row in fetched})
 
     async def keyword(
         self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
