@@ -5,42 +5,22 @@ missing, as ``tests/mcp_servers/everything.py`` does for server-everything."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.npm import ensure_npm_package
+
 PACKAGE_DIR = Path(__file__).resolve().parent / "codex"
 ENTRY_POINT = PACKAGE_DIR / "node_modules" / "@openai" / "codex" / "bin" / "codex.js"
 
-INSTALL_TIMEOUT = 600.0
 RUN_TIMEOUT = 180.0
 API_KEY_ENV = "RESPGATE_CODEX_TEST_KEY"
 
 
-class NodeUnavailableError(RuntimeError):
-    """node or npm is not installed."""
-
-
 def ensure_installed() -> Path:
     """Codex's entry point, running ``npm ci`` first if node_modules lacks it."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        raise NodeUnavailableError("Node.js and npm are needed to run Codex CLI")
-    if not ENTRY_POINT.is_file():
-        completed = subprocess.run(
-            ["npm", "ci", "--no-audit", "--no-fund"],
-            cwd=PACKAGE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT,
-            check=False,
-        )
-        if completed.returncode != 0 or not ENTRY_POINT.is_file():
-            raise RuntimeError(
-                f"npm ci in {PACKAGE_DIR} failed (exit code {completed.returncode}):\n"
-                f"{completed.stdout[-2000:]}\n{completed.stderr[-4000:]}"
-            )
-    return ENTRY_POINT
+    return ensure_npm_package(PACKAGE_DIR, ENTRY_POINT, "Codex CLI (from npm)")
 
 
 def config_toml(base_url: str) -> str:

@@ -25,9 +25,10 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings
-from tests.clients.codex_cli import NodeUnavailableError, ensure_installed, run_codex_exec
+from tests.clients.codex_cli import ensure_installed, run_codex_exec
 from tests.clients.scripted_upstream import FINAL_TEXT, ScriptedUpstream
 from tests.helpers import serve_in_thread
+from tests.npm import NodeUnavailableError
 
 JsonObject = dict[str, Any]
 
@@ -38,8 +39,8 @@ PROMPT = "Run `echo respgate-ok` and tell me what it printed."
 def codex() -> Path:
     try:
         return ensure_installed()
-    except NodeUnavailableError:
-        pytest.skip("Node.js and npm are not installed (Codex CLI comes from npm)")
+    except NodeUnavailableError as exc:
+        pytest.skip(str(exc))
 
 
 def tool_types(body: JsonObject) -> list[str]:

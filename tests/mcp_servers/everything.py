@@ -8,9 +8,7 @@ does it too when node_modules is missing, so a plain ``pytest`` works on a fresh
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,47 +18,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.helpers import free_port
+from tests.npm import NodeUnavailableError, ensure_npm_package
+
+__all__ = ["NodeUnavailableError", "ensure_installed", "serve_everything"]
 
 NODE_DIR = Path(__file__).resolve().parent / "node"
 PACKAGE_DIR = NODE_DIR / "node_modules" / "@modelcontextprotocol" / "server-everything"
 ENTRY_POINT = PACKAGE_DIR / "dist" / "index.js"
 
-INSTALL_TIMEOUT = 600.0
 START_TIMEOUT = 30.0
-
-
-class NodeUnavailableError(RuntimeError):
-    """node or npm is not installed."""
 
 
 def ensure_installed() -> Path:
     """The server's entry point, running ``npm ci`` first if node_modules lacks it."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        raise NodeUnavailableError(
-            "Node.js (node and npm) is not installed: the npm MCP server server-everything needs it"
-        )
-    # One install at a time: each pytest-xdist worker may get here at once.
-    with (NODE_DIR / "package.json").open("rb") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ENTRY_POINT.is_file():
-            _npm_ci()
-    return ENTRY_POINT
-
-
-def _npm_ci() -> None:
-    completed = subprocess.run(
-        ["npm", "ci", "--no-audit", "--no-fund"],
-        cwd=NODE_DIR,
-        capture_output=True,
-        text=True,
-        timeout=INSTALL_TIMEOUT,
-        check=False,
-    )
-    if completed.returncode != 0 or not ENTRY_POINT.is_file():
-        raise RuntimeError(
-            f"npm ci in {NODE_DIR} failed (exit code {completed.returncode}):\n"
-            f"{completed.stdout[-2000:]}\n{completed.stderr[-4000:]}"
-        )
+    return ensure_npm_package(NODE_DIR, ENTRY_POINT, "the npm MCP server server-everything")
 
 
 def _port_answers(port: int) -> bool:
