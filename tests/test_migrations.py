@@ -116,7 +116,7 @@ def _table_names(connection: Connection) -> set[str]:
 
 def _schema_diff(connection: Connection) -> list[Any]:
     context = MigrationContext.configure(
-        connection, opts={"compare_type": True, "include_name": tables.include_name}
+        connection, opts={"compare_type": tables.compare_type, "include_name": tables.include_name}
     )
     return list(compare_metadata(context, tables.metadata))
 
