@@ -119,15 +119,16 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--stdio", action="store_true", help="serve over stdin/stdout")
     parser.add_argument("--transport", choices=["streamable_http", "sse"], default=None)
+    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     args = parser.parse_args(argv)
     server = build_counter_server()
     if args.stdio or args.transport is None:
         server.run("stdio")
     elif args.transport == "sse":
-        server.run("sse", port=args.port)
+        server.run("sse", host=args.host, port=args.port)
     else:
-        server.run("streamable-http", port=args.port)
+        server.run("streamable-http", host=args.host, port=args.port)
 
 
 if __name__ == "__main__":

@@ -403,14 +403,22 @@ async def test_close_from_another_task_during_a_call(any_counter: McpServerSpec)
     assert leftover_session_tasks() == []
 
 
+DYING_HOST = "127.0.0.2"
+
+
 @contextlib.contextmanager
 def counter_process(transport: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
-    """The counter server in a subprocess, so a test can kill it."""
-    port = free_port()
+    """The counter server in a subprocess, so a test can kill it.
+
+    It listens on a loopback address of its own, ``DYING_HOST``: once killed, its port may be
+    handed to a server of another test (another pytest-xdist worker), which the dead server's
+    clients would then reach.
+    """
+    port = free_port(DYING_HOST)
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "tests.mcp_servers.counter"),
-            *("--transport", transport, "--port", str(port)),
+            *("--transport", transport, "--host", DYING_HOST, "--port", str(port)),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
@@ -418,13 +426,13 @@ def counter_process(transport: str) -> Iterator[tuple[subprocess.Popen[bytes], s
     )
     try:
         for _ in range(300):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            with contextlib.suppress(OSError), socket.create_connection((DYING_HOST, port), 0.2):
                 break
             if process.poll() is not None:
                 raise RuntimeError("the counter server exited")
             time.sleep(0.05)
         path = "sse" if transport == "sse" else "mcp"
-        yield process, f"http://127.0.0.1:{port}/{path}"
+        yield process, f"http://{DYING_HOST}:{port}/{path}"
     finally:
         process.kill()
         process.wait(timeout=10)
