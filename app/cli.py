@@ -193,6 +193,10 @@ def _announce(sock: socket.socket, what: str) -> None:
 
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+    if level.lower() != "debug":
+        # Alembic narrates every start-up at info (its plugins, "Context impl SQLiteImpl."):
+        # app.store.migrate logs the one line that matters, which revision the database went to.
+        logging.getLogger("alembic").setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:

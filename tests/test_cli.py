@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app import __version__
+from app import __version__, cli
 from app.cli import build_parser, main
 from app.recording.cassette import QUICKSTART_CASSETTE
 from tests.helpers import free_port
@@ -231,3 +232,13 @@ def test_every_option_has_help_that_shows_its_default(name: str) -> None:
         assert action.help, f"{name} {action.option_strings[0]} has no help"
         shown = formatter._get_help_string(action) % {"default": action.default}
         assert "default" in shown or "(required)" in shown, (name, action.option_strings, shown)
+
+
+@pytest.mark.parametrize(("level", "alembic_level"), [("info", logging.WARNING), ("debug", 0)])
+def test_alembic_narrates_only_at_debug(
+    level: str, alembic_level: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alembic = logging.getLogger("alembic")
+    monkeypatch.setattr(alembic, "level", logging.NOTSET)
+    cli._configure_logging(level)
+    assert alembic.level == alembic_level
