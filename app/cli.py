@@ -130,7 +130,7 @@ def _migrate(args: argparse.Namespace) -> int:
         database_url=args.database_url,
         log_level=args.log_level,
     )
-    _configure_logging(settings.log_level)
+    _configure_logging(settings.log_level, migrations=True)
     url = settings.resolved_database_url()
     try:
         revision = upgrade_to_head_sync(url)
@@ -191,12 +191,14 @@ def _announce(sock: socket.socket, what: str) -> None:
     logger.info("%s: listening on http://%s:%s", what, shown, port)
 
 
-def _configure_logging(level: str) -> None:
+def _configure_logging(level: str, *, migrations: bool = False) -> None:
+    """Logging at ``level``. Below debug, alembic's narration is left out (its plugins,
+    "Context impl SQLiteImpl."; app.store.migrate logs which revision the database went to),
+    except, with ``migrations``, the revisions it runs (``respgate migrate``)."""
     logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
     if level.lower() != "debug":
-        # Alembic narrates every start-up at info (its plugins, "Context impl SQLiteImpl."):
-        # app.store.migrate logs the one line that matters, which revision the database went to.
-        logging.getLogger("alembic").setLevel(logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.INFO if migrations else logging.WARNING)
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
 def build_parser() -> argparse.ArgumentParser:

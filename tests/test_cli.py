@@ -234,11 +234,19 @@ def test_every_option_has_help_that_shows_its_default(name: str) -> None:
         assert "default" in shown or "(required)" in shown, (name, action.option_strings, shown)
 
 
-@pytest.mark.parametrize(("level", "alembic_level"), [("info", logging.WARNING), ("debug", 0)])
-def test_alembic_narrates_only_at_debug(
-    level: str, alembic_level: int, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("level", "migrations", "alembic_level"),
+    [("info", False, logging.WARNING), ("info", True, logging.INFO), ("debug", False, 0)],
+)
+def test_alembic_narrates_only_where_it_helps(
+    level: str, migrations: bool, alembic_level: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """``serve`` leaves alembic's narration out below debug; ``migrate`` keeps the revisions
+    it runs, never the plugin set-up."""
     alembic = logging.getLogger("alembic")
+    plugins = logging.getLogger("alembic.runtime.plugins")
     monkeypatch.setattr(alembic, "level", logging.NOTSET)
-    cli._configure_logging(level)
+    monkeypatch.setattr(plugins, "level", logging.NOTSET)
+    cli._configure_logging(level, migrations=migrations)
     assert alembic.level == alembic_level
+    assert plugins.level == (0 if level == "debug" else logging.WARNING)
