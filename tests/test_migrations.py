@@ -11,8 +11,7 @@ import asyncio
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,45 +47,17 @@ from app.store.migrate import (
 )
 from app.store.pgvector import read_pgvector_state
 from tests.helpers import free_port
+from tests.postgres import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
-POSTGRES_URL = os.environ.get(
-    "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
 TABLES = set(tables.metadata.tables)
 HEAD = "0002"
 SUBPROCESS_TIMEOUT = 60
 
 
-async def _admin_execute(statement: str) -> None:
-    engine = create_async_engine(POSTGRES_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(statement))
-    finally:
-        await engine.dispose()
-
-
-async def _postgres_database() -> AsyncIterator[str]:
-    """A fresh, empty PostgreSQL database for one test, dropped afterwards."""
-    name = f"respgate_migr_{uuid.uuid4().hex[:12]}"
-    try:
-        await _admin_execute(f'CREATE DATABASE "{name}"')
-    except Exception as exc:
-        where = make_url(POSTGRES_URL).render_as_string(hide_password=True)
-        message = f"PostgreSQL not usable at {where}: {type(exc).__name__}: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    finally:
-        await _admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 @pytest.fixture
-async def postgres_url() -> AsyncIterator[str]:
-    async for url in _postgres_database():
+def postgres_url() -> Iterator[str]:
+    with throwaway_database("respgate_migr") as url:
         yield url
 
 
@@ -95,7 +66,7 @@ async def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
     if request.param == "sqlite":
         yield f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
     else:
-        async for url in _postgres_database():
+        with throwaway_database("respgate_migr") as url:
             yield url
 
 

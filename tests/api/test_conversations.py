@@ -10,10 +10,7 @@ tests/e2e/test_conversations_recorded.py for the recordings replayed step by ste
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,10 +19,6 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
 from app.errors import InvalidRequestError
 from app.main import create_app
@@ -34,12 +27,10 @@ from app.settings import Settings
 from app.store.migrate import upgrade_to_head_sync
 from tests.fakes import FakeUpstream, MemoryResponseStore
 from tests.helpers import serve_in_thread
+from tests.postgres import throwaway_database
 
 JsonObject = dict[str, Any]
 
-POSTGRES_URL = os.environ.get(
-    "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
 
 ANSWER = {
     "id": "resp_upstream",
@@ -92,33 +83,12 @@ class Gateway:
         return [item["content"][0]["text"] for item in data]
 
 
-async def _admin_execute(statement: str) -> None:
-    engine = create_async_engine(POSTGRES_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as connection:
-            await connection.execute(text(statement))
-    finally:
-        await engine.dispose()
-
-
 @contextlib.contextmanager
 def postgres_database() -> Iterator[str]:
-    """A fresh PostgreSQL database migrated to head, dropped afterwards (skipped when no server
-    answers, unless ``CI`` is set)."""
-    name = f"respgate_conv_{uuid.uuid4().hex[:12]}"
-    try:
-        asyncio.run(_admin_execute(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        message = f"PostgreSQL not usable: {type(exc).__name__}: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    """A throwaway PostgreSQL database migrated to head (skips without a server)."""
+    with throwaway_database("respgate_conv") as url:
         upgrade_to_head_sync(url)
         yield url
-    finally:
-        asyncio.run(_admin_execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @contextlib.contextmanager

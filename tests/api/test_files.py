@@ -13,12 +13,8 @@ tests/api/test_vector_stores.py.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +24,7 @@ import openai
 import pytest
 from fastapi import FastAPI
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.api.errors import install_error_handlers
 from app.api.routes import files as files_routes
@@ -51,12 +45,10 @@ from tests.fakes import (
     MemoryFileStore,
     MemoryVectorIndex,
 )
+from tests.postgres import run_in_thread, throwaway_database
 
 JsonObject = dict[str, Any]
 
-POSTGRES_URL = os.environ.get(
-    "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
 BACKENDS = ["memory", "sqlite", "postgresql"]
 
 
@@ -109,39 +101,13 @@ def build_app(state: FileSearchState) -> FastAPI:
     return app
 
 
-def _in_thread(job: Any) -> Any:
-    """Run a coroutine function on its own event loop (the tests' loop is already running)."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(job())).result()
-
-
 @pytest.fixture(scope="session")
 def postgres_files_url() -> Iterator[str]:
     """A throwaway PostgreSQL database migrated to head, for the session (its chunk index is
     pgvector's where the server has pgvector, the exact one over real[] elsewhere)."""
-    name = f"respgate_files_{uuid.uuid4().hex[:12]}"
-
-    async def admin(statement: str) -> None:
-        engine = create_async_engine(POSTGRES_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-        try:
-            async with engine.connect() as connection:
-                await connection.execute(text(statement))
-        finally:
-            await engine.dispose()
-
-    try:
-        _in_thread(lambda: admin(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        message = f"PostgreSQL not usable: {type(exc).__name__}: {exc}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    try:
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        _in_thread(lambda: upgrade_to_head(url))
+    with throwaway_database("respgate_files") as url:
+        run_in_thread(lambda: upgrade_to_head(url))
         yield url
-    finally:
-        _in_thread(lambda: admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def _empty_postgres(engine: AsyncEngine) -> None:

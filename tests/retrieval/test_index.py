@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import re
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 from sqlalchemy import make_url, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.pool import NullPool
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ports import IndexedChunk, SearchHit, VectorIndex
 from app.retrieval.fusion import query_terms, reciprocal_rank_fusion
@@ -38,7 +35,8 @@ from app.retrieval.sqlite_index import SqliteVectorIndex
 from app.store.engine import create_engine_for, create_schema
 from app.store.migrate import upgrade_to_head
 from app.store.pgvector import PgVectorState, read_pgvector_state
-from tests.store.conftest import POSTGRES_URL, Postgres, _in_schema, scratch_schema
+from tests.postgres import POSTGRES_URL, throwaway_database
+from tests.store.conftest import Postgres, _in_schema, scratch_schema
 
 CORPUS = Path(__file__).parent / "corpus"
 DIMS = 64
@@ -298,17 +296,11 @@ async def test_concurrent_replaces_of_one_file_leave_one_set(backend: IndexBacke
 async def test_postgres_index_on_a_migrated_database(caplog: pytest.LogCaptureFixture) -> None:
     # The migration's own DDL (not create_all's), and the index the gateway picks for it:
     # pgvector's where the server has pgvector, else the exact index over real[] embeddings.
-    admin = create_async_engine(POSTGRES_URL, poolclass=NullPool, isolation_level="AUTOCOMMIT")
-    name = f"respgate_index_{uuid.uuid4().hex[:12]}"
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    except Exception as exc:
-        await admin.dispose()
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL not usable: {exc!r}")
-        pytest.skip(f"PostgreSQL not usable: {exc!r}")
-    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    with throwaway_database("respgate_index") as url:
+        await _check_migrated_index(url, caplog)
+
+
+async def _check_migrated_index(url: str, caplog: pytest.LogCaptureFixture) -> None:
     engine = create_engine_for(url)
     try:
         await upgrade_to_head(url)
@@ -335,9 +327,6 @@ async def test_postgres_index_on_a_migrated_database(caplog: pytest.LogCaptureFi
         assert storage == "m"  # embeddings stay in the row (not TOAST): 6x faster scans
     finally:
         await engine.dispose()
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        await admin.dispose()
 
 
 def test_pgvector_state_reasons() -> None:

@@ -11,12 +11,9 @@ pgvector, ``real[]`` elsewhere (nothing here depends on which).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.store.engine import create_engine_for, create_schema
 from app.store.sql import SqlResponseStore
 from app.store.tables import metadata
-
-POSTGRES_URL = os.environ.get(
-    "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
+from tests.postgres import POSTGRES_URL, admin_execute, skip_unusable
 
 
 @dataclass
@@ -40,38 +34,19 @@ class Postgres:
     schema: str
 
 
-def _admin(url: str, statement: str) -> None:
-    """Run one statement on its own engine and event loop (in a thread: the session fixture
-    may be set up from inside a running test loop)."""
-
-    async def run() -> None:
-        engine = create_engine_for(url)
-        try:
-            async with engine.begin() as conn:
-                await conn.execute(text(statement))
-        finally:
-            await engine.dispose()
-
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(lambda: asyncio.run(asyncio.wait_for(run(), 10))).result()
-
-
 @contextlib.contextmanager
 def scratch_schema(prefix: str = "respgate_test") -> Iterator[Postgres]:
-    """A new schema on the test server, dropped afterwards; skips (fails under ``CI``) when
-    the server is not usable."""
+    """A new schema on the test server, dropped afterwards; skips when the server is not
+    usable."""
     schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
     try:
-        _admin(POSTGRES_URL, f"CREATE SCHEMA {schema}")
+        admin_execute(f"CREATE SCHEMA {schema}")
     except Exception as exc:
-        message = f"PostgreSQL at {POSTGRES_URL} is not usable: {exc!r}"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        skip_unusable(exc)
     try:
         yield Postgres(POSTGRES_URL, schema)
     finally:
-        _admin(POSTGRES_URL, f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        admin_execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 @pytest.fixture(scope="session")
