@@ -24,6 +24,7 @@ import orjson
 from app.core.ids import new_id
 from app.core.observe import preview_of
 from app.core.ports import CallPresentation, GatewayCall, PreludeItem, ToolExecutor, ToolResult
+from app.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
 from app.errors import InvalidRequestError
 from app.tools.mcp_client import (
     McpCallOutcome,
@@ -34,7 +35,6 @@ from app.tools.mcp_client import (
     McpToolInfo,
     transport_for_url,
 )
-from app.tools.mcp_urls import check_server_url
 from app.tools.registry import NameTable, ProviderTools
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,18 @@ class McpPolicy:
     allow_link_local: bool = False
     connect_timeout: float = 10.0
     list_timeout: float = 30.0
+
+    def egress(self) -> EgressPolicy:
+        """Where a request's ``server_url`` may point: ``allowed_hosts`` when set; never
+        at a cloud metadata service or a link-local address unless ``allow_link_local``;
+        loopback and private addresses are allowed (users run MCP servers beside the gateway);
+        a name that does not resolve is let through (connecting fails as a tool error)."""
+        return EgressPolicy(
+            allowed_hosts=tuple(self.allowed_hosts),
+            refused=frozenset() if self.allow_link_local else METADATA_AND_LINK_LOCAL,
+            allow_unresolved=True,
+            purpose="MCP",
+        )
 
 
 # ----------------------------------------------------------------------------- servers
@@ -364,11 +376,7 @@ class McpToolProvider:
                 param=f"tools[{index}].server_url",
                 code="missing_required_parameter",
             )
-        reason = await check_server_url(
-            url,
-            allowed_hosts=self.policy.allowed_hosts or None,
-            allow_link_local=self.policy.allow_link_local,
-        )
+        reason = await self.policy.egress().refusal(url)
         if reason is not None:
             raise InvalidRequestError(
                 f"MCP server_url '{url}' is not allowed: {reason}",

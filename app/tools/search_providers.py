@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import html
-import ipaddress
 import logging
 import re
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,6 +29,8 @@ from typing import Any, ClassVar, Protocol
 from urllib.parse import urljoin, urlsplit
 
 import httpx
+
+from app.egress import PUBLIC_ONLY, EgressPolicy
 
 logger = logging.getLogger(__name__)
 
@@ -230,44 +230,6 @@ def readable_text(page: str) -> str:
     return parser.text()
 
 
-# ----------------------------------------------------------------------------- page addresses
-
-
-def _refused(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return not address.is_global or address.is_multicast
-
-
-async def page_allowed(url: str, *, allow_private: bool, resolve_timeout: float = 2.0) -> bool:
-    """Whether the gateway may fetch ``url``: http(s), and (unless ``allow_private``) a host
-    whose every address is public."""
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return False
-    if allow_private:
-        return True
-    host = parts.hostname.strip("[]")
-    try:
-        return not _refused(ipaddress.ip_address(host))
-    except ValueError:
-        pass
-    loop = asyncio.get_running_loop()
-    try:
-        async with asyncio.timeout(resolve_timeout):
-            infos = await loop.getaddrinfo(
-                host, port or (443 if parts.scheme == "https" else 80), type=socket.SOCK_STREAM
-            )
-    except (OSError, TimeoutError, UnicodeError):
-        return False
-    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-    return bool(addresses) and not any(_refused(a) for a in addresses)
-
-
 # ----------------------------------------------------------------------------- providers
 
 
@@ -325,6 +287,10 @@ class HttpSearchProvider(ABC):
         )
         self._owns_client = client is None
         self._semaphore = asyncio.Semaphore(self.limits.max_concurrency)
+        # Pages come from search results: public addresses only, unless allow_private_pages.
+        self._pages = EgressPolicy(
+            refused=frozenset() if self.limits.allow_private_pages else PUBLIC_ONLY
+        )
 
     async def aclose(self) -> None:
         if self._owns_client:
@@ -425,8 +391,9 @@ class HttpSearchProvider(ABC):
         """The readable text of the page at ``url`` (at most ``limit`` characters), or None
         when it may not be fetched, fails or is not text."""
         for _ in range(MAX_REDIRECTS + 1):
-            if not await page_allowed(url, allow_private=self.limits.allow_private_pages):
-                logger.info("web search: page %s not fetched (address refused)", url)
+            refusal = await self._pages.refusal(url)
+            if refusal is not None:
+                logger.info("web search: page %s not fetched (%s)", url, refusal)
                 return None
             try:
                 async with self._client.stream(
