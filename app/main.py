@@ -200,15 +200,13 @@ async def build_file_search(
     if embedder is None:
         default = settings.resolved_upstreams()[0]
         embedder = build_embedder(settings, default.url, default.resolved_api_key(os.environ))
-        closer = getattr(embedder, "aclose", None)
-        if closer is not None:
-            stack.push_async_callback(closer)
+        stack.push_async_callback(embedder.aclose)  # an embedder passed in is the caller's
     file_store = SqlFileStore(engine)
+    stack.push_async_callback(file_store.aclose)
     blobs = DiskBlobStore(settings.data_dir / "files")
+    stack.push_async_callback(blobs.aclose)
     index = await build_vector_index(engine)
-    index_closer = getattr(index, "aclose", None)  # the SQLite index's read connections
-    if index_closer is not None:
-        stack.push_async_callback(index_closer)
+    stack.push_async_callback(index.aclose)
     vector_stores = VectorStoresService(
         file_store,
         blobs,

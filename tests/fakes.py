@@ -16,6 +16,11 @@ from app.core.ports import (
     StoredConversation,
     StoredResponse,
 )
+from app.core.store_errors import (
+    ConversationNotFoundError,
+    ItemAlreadyInConversationError,
+    UnknownCursorError,
+)
 
 JsonObject = dict[str, Any]
 
@@ -100,7 +105,7 @@ class MemoryResponseStore:
         response = new.response
         output_ids = [str(item["id"]) for item in response["output"]]
         if new.conversation_id is not None and new.conversation_id not in self.conversations:
-            raise KeyError(new.conversation_id)
+            raise ConversationNotFoundError(new.conversation_id)
         for item in new.new_items:
             self.items.setdefault(str(item["id"]), copy.deepcopy(item))
         self.responses[response["id"]] = StoredResponse(
@@ -163,7 +168,7 @@ class MemoryResponseStore:
             return None
         ids = [str(item["id"]) for item in items]
         if set(ids) & set(self.conversation_lists[conversation_id]):
-            raise ValueError("item_already_in_conversation")
+            raise ItemAlreadyInConversationError(conversation_id)
         for item in items:
             self.items.setdefault(str(item["id"]), copy.deepcopy(item))
         self.conversation_lists[conversation_id] += ids
@@ -196,7 +201,7 @@ def _page(items: list[JsonObject], after: str | None, limit: int, order: str) ->
     if after is not None:
         ids = [item["id"] for item in ordered]
         if after not in ids:
-            raise KeyError(after)
+            raise UnknownCursorError(after)
         ordered = ordered[ids.index(after) + 1 :]
     return Page(items=ordered[:limit], has_more=len(ordered) > limit)
 
@@ -353,13 +358,14 @@ def _after(rows: list[Any], key: Any, after: str | None) -> list[Any]:
         return rows
     ids = [key(row) for row in rows]
     if after not in ids:
-        raise KeyError(after)
+        raise UnknownCursorError(after)
     return rows[ids.index(after) + 1 :]
 
 
 class MemoryFileStore:
     """An in-memory FileStore with ``store.files_sql``'s semantics: lists ordered by
-    ``created_at`` then id, ``KeyError`` for an unknown ``after``, ``limit + 1`` rows."""
+    ``created_at`` then id, ``UnknownCursorError`` for an unknown ``after``, ``limit + 1``
+    rows."""
 
     def __init__(self) -> None:
         self.files: dict[str, StoredFile] = {}
@@ -476,6 +482,9 @@ class MemoryFileStore:
     async def get_file_batch(self, vector_store_id: str, batch_id: str) -> StoredFileBatch | None:
         return self.batches.get((vector_store_id, batch_id))
 
+    async def aclose(self) -> None:
+        return None
+
 
 class MemoryBlobStore:
     def __init__(self) -> None:
@@ -489,6 +498,9 @@ class MemoryBlobStore:
 
     async def delete(self, file_id: str) -> None:
         self.blobs.pop(file_id, None)
+
+    async def aclose(self) -> None:
+        return None
 
 
 _WORD = re.compile(r"\w+")
@@ -517,6 +529,9 @@ class MemoryVectorIndex:
     async def delete_store(self, vector_store_id: str) -> None:
         for key in [k for k in self.chunks if k[0] == vector_store_id]:
             del self.chunks[key]
+
+    async def aclose(self) -> None:
+        return None
 
     async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
         chunks = self.chunks.get((vector_store_id, file_id), [])
@@ -613,6 +628,9 @@ class FakeEmbedder:
             raise self.fail
         self.batches.append(list(texts))
         return [self.vector(text) for text in texts]
+
+    async def aclose(self) -> None:
+        return None
 
 
 class FakeClock:

@@ -13,6 +13,7 @@ from typing import Any
 from app.core.history import resolve_items
 from app.core.paging import page_or_raise
 from app.core.ports import Page, ResponseStore
+from app.core.store_errors import ItemAlreadyInConversationError
 from app.errors import InvalidRequestError, NotFoundError
 
 JsonObject = dict[str, Any]
@@ -53,7 +54,7 @@ class ConversationsService:
         items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True)
         try:
             stored = await self.store.append_conversation_items(conversation_id, items)
-        except ValueError:
+        except ItemAlreadyInConversationError:
             raise InvalidRequestError(
                 "Item already in conversation",
                 param="items",

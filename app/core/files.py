@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from app.core.ids import uuid7_hex
 from app.core.ports import BlobStore, FileStore, Page, StoredFile
+from app.core.store_errors import UnknownCursorError
 from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
 
 JsonObject = dict[str, Any]
@@ -84,7 +85,7 @@ class FilesService:
             rows = await self.files.list_files(
                 purpose=purpose, after=after, limit=limit, order=order
             )
-        except KeyError:
+        except UnknownCursorError:
             raise CursorNotFoundError(f"No file found with id '{after}'", param="after") from None
         return Page(items=[file.to_object() for file in rows[:limit]], has_more=len(rows) > limit)
 

@@ -166,7 +166,10 @@ class ResponseStore(Protocol):
 
     Items are stored once, by id; a response keeps its checkpoint as an ordered list of item
     ids and a conversation its ordered list of item ids, so rehydration is one bulk read.
-    Methods that name a missing response or conversation return ``None`` / ``False``.
+    Methods that name a missing response or conversation return ``None`` / ``False``; the
+    other outcomes a caller handles are raised as the ``app.core.store_errors`` each method
+    names, never as ``KeyError`` or ``ValueError`` (those are bugs). ``aclose`` releases the
+    store's connections.
     """
 
     async def get_response(self, response_id: str) -> StoredResponse | None: ...
@@ -179,15 +182,18 @@ class ResponseStore(Protocol):
         """Which of these ids are already stored."""
         ...
 
-    async def save_response(self, new: NewResponse) -> None: ...
+    async def save_response(self, new: NewResponse) -> None:
+        """Raises ``ConversationNotFoundError`` when ``new.conversation_id`` is gone (nothing
+        is written)."""
+        ...
 
     async def delete_response(self, response_id: str) -> bool: ...
 
     async def list_input_items(
         self, response_id: str, *, after: str | None, limit: int, order: str
     ) -> Page | None:
-        """``None`` when the response does not exist; raises ``KeyError`` for an unknown
-        ``after`` id."""
+        """``None`` when the response does not exist; raises ``UnknownCursorError`` for an
+        unknown ``after`` id."""
         ...
 
     async def create_conversation(
@@ -212,15 +218,16 @@ class ResponseStore(Protocol):
         self, conversation_id: str, items: list[JsonObject]
     ) -> list[JsonObject] | None:
         """Append items (complete, ids assigned; already-stored ids are referenced); returns the
-        stored items in order. Raises ``ValueError`` when an item is already in the
-        conversation (OpenAI's ``item_already_in_conversation``)."""
+        stored items in order; ``None`` when the conversation does not exist. Raises
+        ``ItemAlreadyInConversationError`` when an item is already in the conversation
+        (OpenAI's ``item_already_in_conversation``; nothing is written)."""
         ...
 
     async def list_conversation_items(
         self, conversation_id: str, *, after: str | None, limit: int, order: str
     ) -> Page | None:
-        """``None`` when the conversation does not exist; raises ``KeyError`` for an unknown
-        ``after`` id."""
+        """``None`` when the conversation does not exist; raises ``UnknownCursorError`` for an
+        unknown ``after`` id."""
         ...
 
     async def get_conversation_item(
@@ -451,6 +458,10 @@ class Embedder(Protocol):
         """One L2-normalized vector per text; raises ``EmbeddingsUnavailableError``."""
         ...
 
+    async def aclose(self) -> None:
+        """Release the model or the HTTP client (a no-op where there is none)."""
+        ...
+
 
 class VectorIndex(Protocol):
     """Chunks with their embeddings, searched by vector, by keyword or both (hybrid).
@@ -458,6 +469,10 @@ class VectorIndex(Protocol):
     The embedded default keeps them in the SQLite database (exact search, FTS5); PostgreSQL
     uses pgvector and its full-text search. Scores are in [0, 1], higher is better.
     """
+
+    async def aclose(self) -> None:
+        """Release the index's own connections (the engine is the caller's)."""
+        ...
 
     async def replace_file_chunks(
         self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
@@ -488,7 +503,16 @@ class VectorIndex(Protocol):
 
 
 class FileStore(Protocol):
-    """Metadata of files, vector stores and their files (``store.files_sql``)."""
+    """Metadata of files, vector stores and their files (``store.files_sql``).
+
+    Lookups of a missing object return ``None`` / ``False``; every list raises
+    ``UnknownCursorError`` (``app.core.store_errors``) for an ``after`` that names no object
+    of the list, never ``KeyError``.
+    """
+
+    async def aclose(self) -> None:
+        """Release the store's own resources (the SQL store's engine is the caller's)."""
+        ...
 
     async def add_file(self, file: StoredFile) -> None: ...
 
@@ -502,7 +526,7 @@ class FileStore(Protocol):
         self, *, purpose: str | None, after: str | None, limit: int, order: str
     ) -> list[StoredFile]:
         """Newest first for ``order="desc"``; ``limit + 1`` rows so callers see ``has_more``;
-        raises ``KeyError`` for an unknown ``after``."""
+        raises ``UnknownCursorError`` for an unknown ``after``."""
         ...
 
     async def delete_file(self, file_id: str) -> bool:
@@ -517,7 +541,10 @@ class FileStore(Protocol):
 
     async def list_vector_stores(
         self, *, after: str | None, limit: int, order: str
-    ) -> list[StoredVectorStore]: ...
+    ) -> list[StoredVectorStore]:
+        """As ``list_files``: ``limit + 1`` rows; ``UnknownCursorError`` for an unknown
+        ``after``."""
+        ...
 
     async def delete_vector_store(self, vector_store_id: str) -> bool: ...
 
@@ -545,7 +572,10 @@ class FileStore(Protocol):
         limit: int,
         order: str,
         file_ids: list[str] | None = None,
-    ) -> list[StoredVectorStoreFile]: ...
+    ) -> list[StoredVectorStoreFile]:
+        """As ``list_files``: ``limit + 1`` rows; ``UnknownCursorError`` for an ``after``
+        that is not a file of this store."""
+        ...
 
     async def delete_vector_store_file(self, vector_store_id: str, file_id: str) -> bool: ...
 
@@ -568,3 +598,7 @@ class BlobStore(Protocol):
     async def get(self, file_id: str) -> bytes | None: ...
 
     async def delete(self, file_id: str) -> None: ...
+
+    async def aclose(self) -> None:
+        """Release the store's client (a no-op for the data directory)."""
+        ...

@@ -27,6 +27,7 @@ from app.core.ports import (
     UpstreamEventStream,
 )
 from app.core.response import build_response, normalize_item, normalize_usage
+from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
@@ -315,7 +316,7 @@ class ResponsesService:
             return
         try:
             await self._save(history, response)
-        except KeyError:
+        except ConversationNotFoundError:
             # The conversation was deleted while the response was being generated.
             raise NotFoundError(
                 f"Conversation with id '{history.conversation_id}' not found.",

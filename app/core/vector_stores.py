@@ -33,6 +33,7 @@ from app.core.ports import (
     StoredVectorStoreFile,
     VectorIndex,
 )
+from app.core.store_errors import UnknownCursorError
 from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
 from app.protocol.vector_stores import SearchRequest, index_ranker
 from app.retrieval import filters
@@ -716,7 +717,7 @@ async def _window(
             rows = await fetch(cursor.before, limit, backwards)
             return list(reversed(rows[:limit])), len(rows) > limit
         rows = await fetch(cursor.after, limit, cursor.order)
-    except KeyError:
+    except UnknownCursorError:
         param, value = ("after", cursor.after) if cursor.after else ("before", cursor.before)
         raise CursorNotFoundError(f"No item found with id '{value}'", param=param) from None
     has_more = len(rows) > limit

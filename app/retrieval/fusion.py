@@ -198,6 +198,10 @@ class RankedIndex(ABC):
     """Base of an index offering both rankings (``semantic`` and ``keyword``): its
     ``VectorIndex.search`` is ``ranked_search`` over them."""
 
+    async def aclose(self) -> None:  # noqa: B027 (a no-op by default, not abstract)
+        """Release the index's own connections; nothing by default (the engine is the
+        caller's)."""
+
     @abstractmethod
     async def semantic(
         self,

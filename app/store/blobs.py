@@ -48,6 +48,9 @@ class DiskBlobStore:
         path = self._path(file_id)
         await asyncio.to_thread(path.unlink, missing_ok=True)
 
+    async def aclose(self) -> None:
+        """Nothing to release: each call opens and closes its own file."""
+
     def _write(self, path: Path, data: bytes) -> None:
         self._root.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(dir=self._root, prefix=_TEMP_PREFIX)

@@ -4,9 +4,9 @@ Metadata only: a file's bytes live in a ``BlobStore`` (``store.blobs``) and the 
 vector store's files in the ``VectorIndex`` (``app.retrieval``), which deletes them itself.
 
 - Lists page like OpenAI's list endpoints: ordered by ``created_at`` then id (descending for
-  ``order="desc"``), ``after`` is the id of the last object of the previous page (``KeyError``
-  when it does not exist), and ``limit + 1`` rows come back so that the caller can tell
-  ``has_more``.
+  ``order="desc"``), ``after`` is the id of the last object of the previous page
+  (``UnknownCursorError`` when it does not exist), and ``limit + 1`` rows come back so that
+  the caller can tell ``has_more``.
 - Every write is one transaction; on SQLite it takes the write lock first (``BEGIN
   IMMEDIATE``, as in ``store.sql``). These are not hot paths: plain SQLAlchemy statements.
 - ``delete_file`` also detaches the file from every vector store; ``delete_vector_store``
@@ -36,6 +36,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
+from app.core.store_errors import UnknownCursorError
 from app.store.engine import SQLITE_BEGIN
 from app.store.tables import files, vector_store_file_batches, vector_store_files, vector_stores
 
@@ -54,6 +55,9 @@ class SqlFileStore:
         if self._dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported dialect {self._dialect!r}")
         self._writer = engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+
+    async def aclose(self) -> None:
+        """Nothing to release: the engine is the caller's."""
 
     @contextlib.asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
@@ -306,7 +310,8 @@ async def _page(
 ) -> Select[Any]:
     """``query`` ordered by (created_at, ``key``), past ``after``, ``limit + 1`` rows.
 
-    ``after`` names a row of ``table`` (within ``scope``); ``KeyError`` when there is none."""
+    ``after`` names a row of ``table`` (within ``scope``); ``UnknownCursorError`` when there
+    is none."""
     created_at = table.c.created_at
     descending = order == "desc"
     if after is not None:
@@ -315,7 +320,7 @@ async def _page(
             lookup = lookup.where(scope)
         cursor = (await conn.execute(lookup)).first()
         if cursor is None:
-            raise KeyError(after)
+            raise UnknownCursorError(after)
         (cursor_created_at,) = cursor
         if descending:
             past = or_(

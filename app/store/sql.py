@@ -21,10 +21,10 @@
   connection, on SQLite inline on a read-only ``sqlite3`` connection of the calling thread
   (``inline.py``; through aiosqlite when busy or big). Payloads come back as the JSON text
   that was stored, concatenated by the database, and are decoded with one ``orjson.loads``.
-- Errors: ``save_response`` raises ``KeyError("conversation_not_found")`` when its
-  conversation is gone (nothing is written); ``append_conversation_items`` raises
-  ``ValueError("item_already_in_conversation")``; the list methods raise ``KeyError(after)``
-  for an unknown ``after``.
+- Errors (``app.core.store_errors``): ``save_response`` raises ``ConversationNotFoundError``
+  when its conversation is gone (nothing is written); ``append_conversation_items`` raises
+  ``ItemAlreadyInConversationError``; the list methods raise ``UnknownCursorError`` for an
+  unknown ``after``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ids import new_id
 from app.core.ports import JsonObject, NewResponse, Page, StoredConversation, StoredResponse
+from app.core.store_errors import (
+    ConversationNotFoundError,
+    ItemAlreadyInConversationError,
+    UnknownCursorError,
+)
 from app.store.batching import GroupCommitter
 from app.store.engine import SQLITE_BEGIN, json_dumps, json_loads
 from app.store.inline import InlineSqliteReader, inline_database_path
@@ -59,8 +64,6 @@ from app.store.tables import (
     responses,
 )
 
-ITEM_ALREADY_IN_CONVERSATION = "item_already_in_conversation"
-CONVERSATION_NOT_FOUND = "conversation_not_found"
 # Bigger ``load_items`` reads leave the event loop (aiosqlite's thread) on SQLite.
 INLINE_READ_MAX_IDS = 1_000
 # Most saves one transaction may carry (group commit).
@@ -289,8 +292,9 @@ class SqlResponseStore:
             if appends:
                 counts = {key: sum(map(len, blocks)) for key, blocks in appends.items()}
                 starts = await self._reserve_many(conn, counts)
-                if len(starts) < len(counts):
-                    raise KeyError(CONVERSATION_NOT_FOUND)
+                missing = sorted(set(counts) - set(starts))
+                if missing:
+                    raise ConversationNotFoundError(missing[0])
                 rows: list[dict[str, Any]] = []
                 for conversation_id, blocks in appends.items():
                     item_ids = [item_id for block in blocks for item_id in block]
@@ -351,7 +355,7 @@ class SqlResponseStore:
             start = 0
             if after is not None:
                 if after not in ordered:
-                    raise KeyError(after)
+                    raise UnknownCursorError(after)
                 # The last occurrence: paging always moves forward, even over repeated ids.
                 start = len(ordered) - ordered[::-1].index(after)
             window = ordered[start : start + limit + 1]
@@ -442,7 +446,7 @@ class SqlResponseStore:
                         {"conversation_id": conversation_id, "ids": json_dumps(item_ids)},
                     )
                     if present is not None:
-                        raise ValueError(ITEM_ALREADY_IN_CONVERSATION)
+                        raise ItemAlreadyInConversationError(conversation_id)
                 await self._append(conn, conversation_id, start, item_ids)
                 # The stored payloads: an id that was already stored keeps its first payload.
                 return await self._load(conn, item_ids)
@@ -475,7 +479,7 @@ class SqlResponseStore:
                     )
                 )
                 if cursor is None:
-                    raise KeyError(after)
+                    raise UnknownCursorError(after)
                 query = query.where(position < cursor if descending else position > cursor)
             query = query.order_by(position.desc() if descending else position).limit(limit + 1)
             payloads = [row[0] for row in await conn.execute(query)]

@@ -16,6 +16,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 
+from app.core.store_errors import ConversationNotFoundError
+
 T = TypeVar("T")
 
 INSERT_ITEM = (
@@ -109,7 +111,7 @@ def write_saves(
         item_ids = appends[conversation_id]
         row = connection.execute(RESERVE_POSITIONS, (len(item_ids), conversation_id)).fetchone()
         if row is None:
-            raise KeyError("conversation_not_found")
+            raise ConversationNotFoundError(conversation_id)
         start = int(row[0]) - len(item_ids)
         connection.executemany(
             INSERT_CONVERSATION_ITEM,

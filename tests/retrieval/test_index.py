@@ -66,6 +66,9 @@ class HashEmbedder:
     async def embed(self, texts: list[str]) -> list[list[float]]:
         return [self.vector(value) for value in texts]
 
+    async def aclose(self) -> None:
+        return None
+
 
 EMBEDDER = HashEmbedder()
 

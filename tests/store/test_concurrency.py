@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import select
 
 from app.core.ports import NewResponse
+from app.core.store_errors import ConversationNotFoundError, ItemAlreadyInConversationError
 from app.store.sql import SqlResponseStore
 from app.store.tables import conversation_items
 from tests.store.builders import ids, message, output_ids, turn
@@ -122,7 +123,7 @@ async def test_concurrent_appends_of_one_item_only_one_wins(backend: Backend) ->
     assert sum(result == [item] for result in results) == 1
     errors = [result for result in results if isinstance(result, BaseException)]
     assert len(errors) == 3
-    assert all(isinstance(error, ValueError) for error in errors)
+    assert all(isinstance(error, ItemAlreadyInConversationError) for error in errors)
     assert await positions(backend, conversation.id) == [(0, item["id"])]
 
 
@@ -145,8 +146,10 @@ async def test_a_failing_save_does_not_fail_its_neighbours(store: SqlResponseSto
     )
 
     assert results[:5] == [None] * 5 and results[7:] == [None] * 5
-    assert isinstance(results[5], KeyError)
-    assert isinstance(results[6], Exception) and not isinstance(results[6], KeyError)
+    assert isinstance(results[5], ConversationNotFoundError)
+    assert results[5].object_id == "conv_missing"
+    assert isinstance(results[6], Exception)
+    assert not isinstance(results[6], ConversationNotFoundError)
     for new in good:
         assert await store.get_response(new.response["id"]) is not None
     assert await store.get_response(missing_conversation.response["id"]) is None

@@ -7,6 +7,11 @@ import pytest
 from sqlalchemy import func, select
 
 from app.core.ports import JsonObject
+from app.core.store_errors import (
+    ConversationNotFoundError,
+    ItemAlreadyInConversationError,
+    UnknownCursorError,
+)
 from app.store.sql import SqlResponseStore
 from app.store.tables import conversation_items, conversations
 from tests.store.builders import ids, message, output_ids, turn
@@ -181,7 +186,7 @@ async def test_append_an_item_already_in_the_conversation_fails_atomically(
     conversation = await store.create_conversation({}, [message("msg1"), present])
     newcomer = message("never stored")
 
-    with pytest.raises(ValueError, match="item_already_in_conversation"):
+    with pytest.raises(ItemAlreadyInConversationError):
         await store.append_conversation_items(conversation.id, [newcomer, present])
 
     assert await store.existing_item_ids([newcomer["id"]]) == set()
@@ -257,7 +262,7 @@ class TestListItems:
 
     async def test_unknown_after(self, store: SqlResponseStore) -> None:
         await self._conversation(store)
-        with pytest.raises(KeyError):
+        with pytest.raises(UnknownCursorError):
             await store.list_conversation_items(
                 self.conversation_id, after="msg_unknown", limit=2, order="asc"
             )
@@ -267,7 +272,7 @@ class TestListItems:
         other = await store.create_conversation({}, [message("elsewhere")])
         other_items = await store.conversation_items(other.id)
         assert other_items is not None
-        with pytest.raises(KeyError):
+        with pytest.raises(UnknownCursorError):
             await store.list_conversation_items(
                 self.conversation_id, after=other_items[0]["id"], limit=2, order="asc"
             )
@@ -312,7 +317,7 @@ class TestItem:
             conversation.id, after=None, limit=20, order="asc"
         )
         assert page is not None and page.items == [items[0], items[2]]
-        with pytest.raises(KeyError):
+        with pytest.raises(UnknownCursorError):
             await store.list_conversation_items(
                 conversation.id, after=items[1]["id"], limit=2, order="desc"
             )
@@ -375,7 +380,7 @@ class TestResponsesInConversations:
         await store.delete_conversation(conversation.id)
         new = turn("x", conversation_id=conversation.id)
 
-        with pytest.raises(KeyError, match="conversation_not_found"):
+        with pytest.raises(ConversationNotFoundError):
             await store.save_response(new)
 
         assert await store.get_response(new.response["id"]) is None

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from app.core.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
+from app.core.store_errors import UnknownCursorError
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for, create_schema
 from app.store.files_sql import SqlFileStore
@@ -124,7 +125,7 @@ async def test_list_files_pages_like_openai(files: SqlFileStore) -> None:
     assert await ids(purpose="assistants") == ["file-d", "file-c", "file-a"]
     assert await ids(purpose="assistants", after="file-b") == ["file-a"]
     assert await ids(after="file-a") == []
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownCursorError):
         await ids(after="file-unknown")
 
 
@@ -189,7 +190,7 @@ async def test_list_vector_stores(files: SqlFileStore) -> None:
     assert await ids() == ["vs_d", "vs_c", "vs_b", "vs_a"]
     assert await ids(order="asc", limit=1) == ["vs_a", "vs_b"]
     assert await ids(after="vs_c", limit=1) == ["vs_b", "vs_a"]
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownCursorError):
         await ids(after="vs_unknown")
 
 
@@ -261,7 +262,7 @@ async def test_list_vector_store_files(files: SqlFileStore) -> None:
     assert await ids(status="completed", after="file-b") == ["file-a"]
     assert await ids(file_ids=["file-a", "file-d", "file-z"]) == ["file-d", "file-a"]
     assert await ids(file_ids=[]) == []
-    with pytest.raises(KeyError):
+    with pytest.raises(UnknownCursorError):
         await ids(after="file-z")  # in another store
     counts = await files.file_counts("vs_1")
     assert counts == {

@@ -7,6 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from app.core.ids import new_id
+from app.core.store_errors import UnknownCursorError
 from app.store.sql import SqlResponseStore
 from app.store.tables import items, responses
 from tests.store.builders import function_call, ids, message, output_ids, turn
@@ -269,7 +270,7 @@ class TestInputItems:
 
     async def test_unknown_after_and_unknown_response(self, store: SqlResponseStore) -> None:
         await self._saved(store)
-        with pytest.raises(KeyError):
+        with pytest.raises(UnknownCursorError):
             await store.list_input_items(self.response_id, after="msg_x", limit=2, order="asc")
         assert (
             await store.list_input_items("resp_unknown", after=None, limit=2, order="asc")
