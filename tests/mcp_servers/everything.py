@@ -1,8 +1,9 @@
 """``@modelcontextprotocol/server-everything`` (npm) over streamable HTTP, for the tests.
 
 The package is pinned in node/package.json and node/package-lock.json; ``npm ci`` installs it
-into node/node_modules (git-ignored). ``scripts/provision`` (run by ``.ci/run``) does that before the tests; ``serve_everything``
-does it too when node_modules is missing, so a plain ``pytest`` works on a fresh machine.
+into node/node_modules (git-ignored). ``scripts/provision`` (run by ``.ci/run``) does that before
+the tests; ``serve_everything`` does it too when node_modules is missing, so a plain ``pytest``
+works on a fresh machine.
 """
 
 from __future__ import annotations
