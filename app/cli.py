@@ -11,10 +11,11 @@ import logging
 import socket
 import sys
 from pathlib import Path
+from typing import get_args
 
 from app import __version__
 from app.recording.cassette import QUICKSTART_CASSETTE
-from app.settings import LOG_LEVELS, Settings
+from app.settings import LOG_LEVELS, Settings, UpstreamKind
 from app.startup import (
     StartupError,
     bind_socket,
@@ -233,7 +234,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     serve.add_argument(
         "--upstream-kind",
-        choices=("responses", "chat"),
+        choices=get_args(UpstreamKind),
         help="responses: the server has /v1/responses (default); chat: only /v1/chat/completions",
     )
     serve.add_argument("--upstream-api-key", help="API key sent upstream when the client sent none")

@@ -25,7 +25,7 @@ from app.core.service import ResponsesService
 from app.core.vector_stores import VectorStoresService
 from app.retrieval.embeddings import build_embedder
 from app.retrieval.index_choice import open_vector_index
-from app.settings import Settings
+from app.settings import Settings, UpstreamConfig
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
@@ -38,10 +38,9 @@ from app.tools.mcp_client import McpSessionPool
 from app.tools.registry import GatewayToolKit
 from app.tools.search_providers import SearchLimits, create_search_provider
 from app.tools.web_search import WebSearchToolProvider
-from app.upstream.chat import ChatUpstream
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
-from app.upstream.responses import ResponsesUpstream
+from app.upstream.kinds import UpstreamSpec, create_upstream
 from app.upstream.router import UpstreamRoute, UpstreamRouter
 
 logger = logging.getLogger(__name__)
@@ -63,35 +62,34 @@ async def wait_for_upstream(upstream: Upstream, seconds: float, url: str) -> Non
     logger.info("upstream %s is ready", url)
 
 
+def create_configured_upstream(config: UpstreamConfig) -> Upstream:
+    """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
+    http: HttpOptions = {
+        "api_key": config.resolved_api_key(os.environ),
+        "connect_timeout": config.connect_timeout,
+        "read_timeout": config.read_timeout,
+        "max_connections": config.max_connections,
+    }
+    chat = ChatOptions(
+        reasoning_history=config.reasoning_history,
+        send_reasoning_effort=config.send_reasoning_effort,
+        stream_usage=config.stream_usage,
+    )
+    return create_upstream(config.kind, UpstreamSpec(url=config.url, chat=chat), http)
+
+
 def build_upstream(settings: Settings) -> UpstreamRouter:
     """Every configured upstream behind one router (the default upstream first)."""
-    routes = []
-    for config in settings.resolved_upstreams():
-        http: HttpOptions = {
-            "api_key": config.resolved_api_key(os.environ),
-            "connect_timeout": config.connect_timeout,
-            "read_timeout": config.read_timeout,
-            "max_connections": config.max_connections,
-        }
-        upstream: Upstream
-        if config.kind == "chat":
-            options = ChatOptions(
-                reasoning_history=config.reasoning_history,
-                send_reasoning_effort=config.send_reasoning_effort,
-                stream_usage=config.stream_usage,
-            )
-            upstream = ChatUpstream(config.url, options=options, **http)
-        else:
-            upstream = ResponsesUpstream(config.url, **http)
-        routes.append(
-            UpstreamRoute(
-                name=config.name,
-                upstream=upstream,
-                url=config.url,
-                models=tuple(config.models),
-                model_map=dict(config.model_map),
-            )
+    routes = [
+        UpstreamRoute(
+            name=config.name,
+            upstream=create_configured_upstream(config),
+            url=config.url,
+            models=tuple(config.models),
+            model_map=dict(config.model_map),
         )
+        for config in settings.resolved_upstreams()
+    ]
     return UpstreamRouter(routes)
 
 

@@ -111,6 +111,9 @@ class McpSettings(BaseModel):
         return self
 
 
+# The kinds app.upstream.kinds.UPSTREAM_KINDS builds (tests/upstream/test_kinds.py checks that
+# both list the same names). A Literal, so an unknown kind fails validation at start-up and the
+# settings do not import the adapters.
 UpstreamKind = Literal["responses", "chat"]
 
 
