@@ -20,9 +20,10 @@ from app.api.state import GatewayState
 from app.core.files import FilesService
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
-from app.core.ports import Embedder, JsonObject, ResponseStore, Upstream, VectorIndex
+from app.core.ports import Embedder, ResponseStore, Upstream, VectorIndex
 from app.core.service import ResponsesService
 from app.core.vector_stores import VectorStoresService
+from app.protocol.json_types import JsonObject
 from app.retrieval.embeddings import build_embedder
 from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings, UpstreamConfig

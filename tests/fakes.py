@@ -21,8 +21,7 @@ from app.core.store_errors import (
     ItemAlreadyInConversationError,
     UnknownCursorError,
 )
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 
 class ListEventStream:

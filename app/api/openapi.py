@@ -8,15 +8,13 @@ when the schema is first asked for: the hot path stays as fast as it is.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict
 
+from app.protocol.json_types import JsonObject
 from app.protocol.requests import CreateResponseRequest
 
-JsonObject = dict[str, Any]
 SCHEMA_REF = "#/components/schemas/{model}"
 
 

@@ -28,8 +28,8 @@ from app.core.jsoncopy import clone
 from app.core.response import normalize_item, normalize_part, normalize_sources, normalize_usage
 from app.protocol import events as ev
 from app.protocol.items import ITEM_ID_PREFIXES
+from app.protocol.json_types import JsonObject
 
-JsonObject = dict[str, Any]
 Handler = Callable[[JsonObject], list[JsonObject]]
 
 _TERMINAL_STATUS = {

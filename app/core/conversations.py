@@ -8,15 +8,12 @@ that item, whose stored payload is what the conversation holds). Responses creat
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.history import resolve_items
 from app.core.paging import page_or_raise
 from app.core.ports import Page, ResponseStore
 from app.core.store_errors import ItemAlreadyInConversationError
 from app.errors import InvalidRequestError, NotFoundError
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 
 class ConversationsService:

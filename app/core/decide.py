@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

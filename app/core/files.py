@@ -15,8 +15,7 @@ from app.core.ids import uuid7_hex
 from app.core.ports import BlobStore, FileStore, Page, StoredFile
 from app.core.store_errors import UnknownCursorError
 from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 MIN_EXPIRES_SECONDS = 3600  # 1 hour

@@ -15,8 +15,7 @@ from app.core.jsoncopy import clone
 from app.core.ports import ResponseStore
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.items import ITEM_ID_PREFIXES
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 _TEXT_PART = {"assistant": "output_text"}  # every other role writes input_text
 

@@ -15,16 +15,14 @@ import logging
 import mimetypes
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from app.core.ports import BlobStore, Embedder, FileStore, IndexedChunk, StoredFile, VectorIndex
 from app.errors import GatewayError
+from app.protocol.json_types import JsonObject
 from app.retrieval.chunking import chunk_text
 from app.retrieval.extract import ExtractionError, UnsupportedFileError, extract_text
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 DEFAULT_CONCURRENCY = 2
 DEFAULT_BATCH_SIZE = 64

@@ -36,10 +36,9 @@ from app.core.ports import (
 )
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
 from app.protocol import events as ev
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 # A guard above any configured round cap: a loop never runs more inference rounds than this.
 HARD_MAX_ROUNDS = 100

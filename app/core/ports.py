@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 
 @dataclass(frozen=True, slots=True)

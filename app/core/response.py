@@ -12,8 +12,7 @@ from typing import Any
 
 from app.core.ids import new_id
 from app.protocol.items import ITEM_ID_PREFIXES
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 # Fields whose value the client chose: echoed from the request when it set them.
 _REQUEST_FIELDS = (

@@ -31,10 +31,9 @@ from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.core.jsoncopy import clone
 from app.protocol import events as ev
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 _TERMINAL_BY_STATUS = {
     "completed": ev.RESPONSE_COMPLETED,

@@ -8,11 +8,8 @@ registry's to translate.
 
 from __future__ import annotations
 
-from typing import Any
-
 from app.errors import InvalidRequestError
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 # Choice types that name one tool of that type by ``name``.
 _NAMED_CHOICES = frozenset({"function", "custom"})

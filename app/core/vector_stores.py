@@ -35,12 +35,12 @@ from app.core.ports import (
 )
 from app.core.store_errors import UnknownCursorError
 from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.protocol.vector_stores import SearchRequest, index_ranker
 from app.retrieval import filters
 from app.retrieval.chunking import ChunkingStrategyError, normalize_chunking_strategy
 from app.retrieval.filters import FilterError
 
-JsonObject = dict[str, Any]
 T = TypeVar("T")
 
 DAY = 86_400

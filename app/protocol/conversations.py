@@ -14,9 +14,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.protocol.metadata import json_type_name
-
-JsonObject = dict[str, Any]
 
 # OpenAI: "You may add up to 20 items at a time."
 MAX_ITEMS_PER_REQUEST = 20

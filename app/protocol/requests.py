@@ -15,8 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
 from app.errors import InvalidRequestError
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 # OpenAI's ``ResponseIncludable`` (openai SDK 3.57), then the values the gateway's own tools read.
 OPENAI_INCLUDES = (

@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.protocol.metadata import check_pairs
 
-JsonObject = dict[str, Any]
 Attributes = dict[str, str | float | bool]
 
 # OpenAI: "The maximum batch size is 2000 files."

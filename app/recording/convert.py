@@ -16,14 +16,13 @@ from typing import Any
 from app.core.jsoncopy import clone
 from app.core.stream import ResponseLifecycle
 from app.protocol import events as ev
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import (
     JSON_CONTENT_TYPE,
     SSE_CONTENT_TYPE,
     RecordedResponse,
     sse_data_events,
 )
-
-JsonObject = dict[str, Any]
 
 
 def final_response(recorded: RecordedResponse) -> JsonObject | None:

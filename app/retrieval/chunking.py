@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import tiktoken
 
-from app.core.ports import JsonObject
+from app.protocol.json_types import JsonObject
 from app.retrieval.params import ParamError, json_type, missing, reject_unknown, show
 
 __all__ = [

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from app.core.ports import JsonObject
+from app.protocol.json_types import JsonObject
 from app.retrieval.params import ParamError, json_type, missing, reject_unknown, show
 
 __all__ = [

@@ -36,7 +36,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import Compiled, SQLCompiler
 
-from app.core.ports import JsonObject
+from app.protocol.json_types import JsonObject
 from app.store.engine import json_loads
 from app.store.tables import conversation_items, conversations, items, responses
 

@@ -39,12 +39,13 @@ from sqlalchemy import Select, delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.core.ids import new_id
-from app.core.ports import JsonObject, NewResponse, Page, StoredConversation, StoredResponse
+from app.core.ports import NewResponse, Page, StoredConversation, StoredResponse
 from app.core.store_errors import (
     ConversationNotFoundError,
     ItemAlreadyInConversationError,
     UnknownCursorError,
 )
+from app.protocol.json_types import JsonObject
 from app.store.batching import GroupCommitter
 from app.store.engine import SQLITE_BEGIN, json_dumps, json_loads
 from app.store.inline import InlineSqliteReader, inline_database_path

@@ -21,10 +21,9 @@ from app.core.ids import new_id
 from app.core.observe import preview_of
 from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import GatewayError, InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.retrieval.filters import validate_filter
 from app.tools.registry import NameTable, ProviderTools
-
-JsonObject = dict[str, Any]
 
 NAMESPACE = "file_search"
 INCLUDE_RESULTS = "file_search_call.results"

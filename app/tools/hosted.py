@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 # drop: leave the tool out; reject: answer 400; forward: send it upstream unchanged.
 HostedToolPolicy = Literal["drop", "reject", "forward"]

@@ -26,6 +26,7 @@ from app.core.observe import preview_of
 from app.core.ports import CallPresentation, GatewayCall, PreludeItem, ToolExecutor, ToolResult
 from app.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.tools.mcp_client import (
     McpCallOutcome,
     McpError,
@@ -38,8 +39,6 @@ from app.tools.mcp_client import (
 from app.tools.registry import NameTable, ProviderTools
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 NAMESPACE = "mcp"
 ITEM_TYPES = frozenset(

@@ -41,9 +41,10 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 from mcp.shared.exceptions import MCPError
 
+from app.protocol.json_types import JsonObject
+
 logger = logging.getLogger(__name__)
 
-JsonObject = dict[str, Any]
 McpTransport = Literal["streamable_http", "sse", "stdio"]
 
 _T = TypeVar("_T")

@@ -21,9 +21,8 @@ from typing import Any, Protocol
 
 from app.core.ports import GatewayCall, PreludeItem, PreparedTools, ToolExecutor
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.tools.hosted import HostedToolPolicy, HostedTools, dropped_include, is_hosted
-
-JsonObject = dict[str, Any]
 
 MAX_NAME_LENGTH = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

@@ -31,10 +31,9 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 
 from app.egress import PUBLIC_ONLY, EgressPolicy
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 USER_AGENT = "respgate-web-search/1.0"
 MAX_PAGE_BYTES = 2_000_000

@@ -25,7 +25,6 @@ import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -33,6 +32,7 @@ import orjson
 from app.core.ids import new_id
 from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.tools.registry import NameTable, ProviderTools
 from app.tools.search_providers import (
     SearchError,
@@ -43,8 +43,6 @@ from app.tools.search_providers import (
 )
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 NAMESPACE = "web_search"
 TOOL_TYPES = frozenset(

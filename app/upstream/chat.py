@@ -13,9 +13,10 @@ from typing import Unpack
 
 import aiohttp
 
-from app.core.ports import JsonObject, SingleResponseStream
+from app.core.ports import SingleResponseStream
 from app.errors import UpstreamError
 from app.protocol.events import STREAM_DONE
+from app.protocol.json_types import JsonObject
 from app.upstream.chat_request import ChatOptions, to_chat_request
 from app.upstream.chat_response import ChatStreamTranslator, to_response
 from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release

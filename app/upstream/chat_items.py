@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 # finish_reason -> incomplete_details; anything else (stop, tool_calls ...) completes.
 _INCOMPLETE: dict[str, JsonObject] = {

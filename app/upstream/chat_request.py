@@ -16,11 +16,10 @@ from typing import Any, Literal
 import orjson
 
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import arguments_text
 
 logger = logging.getLogger(__name__)
-
-JsonObject = dict[str, Any]
 
 # Sampling extras of vLLM, SGLang, llama.cpp, Ollama and TGI a client may put in the body.
 _PASSTHROUGH_FIELDS = (

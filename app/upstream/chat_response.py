@@ -14,8 +14,8 @@ import orjson
 
 from app.core.ids import new_id
 from app.errors import UpstreamHTTPError, UpstreamProtocolError
+from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
-    JsonObject,
     arguments_text,
     error_of,
     function_call_item,

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 import aiohttp
 import orjson
 
-from app.core.ports import JsonObject, RawReply, RawStream
+from app.core.ports import RawReply, RawStream
 from app.errors import (
     UpstreamError,
     UpstreamHTTPError,
@@ -23,6 +23,7 @@ from app.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 

@@ -8,8 +8,9 @@ from typing import Unpack
 
 import aiohttp
 
-from app.core.ports import JsonObject, SingleResponseStream
+from app.core.ports import SingleResponseStream
 from app.errors import UpstreamError, UpstreamHTTPError
+from app.protocol.json_types import JsonObject
 from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release
 from app.upstream.sse import parse_sse_lines, split_lines
 

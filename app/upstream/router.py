@@ -20,13 +20,13 @@ import orjson
 
 from app.core.ports import (
     ChatCompletionsForwarder,
-    JsonObject,
     RawReply,
     RawStream,
     Upstream,
     UpstreamEventStream,
 )
 from app.errors import NotFoundError, UpstreamError
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 

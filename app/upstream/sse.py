@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
 
 import orjson
 
 from app.errors import UpstreamProtocolError
 from app.protocol.events import STREAM_DONE
-
-JsonObject = dict[str, Any]
+from app.protocol.json_types import JsonObject
 
 
 async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:

@@ -22,15 +22,13 @@ import pytest
 
 from app.errors import InvalidRequestError
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.protocol.metadata import check_metadata
 from app.settings import Settings
 from app.store.migrate import upgrade_to_head_sync
 from tests.fakes import FakeUpstream, MemoryResponseStore
 from tests.helpers import serve_in_thread
 from tests.postgres import throwaway_database
-
-JsonObject = dict[str, Any]
-
 
 ANSWER = {
     "id": "resp_upstream",

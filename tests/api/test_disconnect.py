@@ -16,8 +16,8 @@ import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from app.protocol.json_types import JsonObject
 from tests.api.upstreams import (
-    JsonObject,
     UpstreamLog,
     build_upstream,
     closing_events,

@@ -17,10 +17,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.body import format_loc
+from app.protocol.json_types import JsonObject
 from app.upstream.responses import NO_RESPONSES_API_HINT
 from tests.api.upstreams import (
     BackgroundServer,
-    JsonObject,
     UpstreamLog,
     build_upstream,
     serve_gateway,

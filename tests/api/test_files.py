@@ -32,6 +32,7 @@ from app.api.routes import vector_stores as vector_stores_routes
 from app.core.files import FilesService
 from app.core.ports import BlobStore, FileStore, VectorIndex
 from app.core.vector_stores import VectorStoresService
+from app.protocol.json_types import JsonObject
 from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings
 from app.store.blobs import DiskBlobStore
@@ -46,8 +47,6 @@ from tests.fakes import (
     MemoryVectorIndex,
 )
 from tests.postgres import run_in_thread, throwaway_database
-
-JsonObject = dict[str, Any]
 
 BACKENDS = ["memory", "sqlite", "postgresql"]
 

@@ -13,10 +13,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.fakes import FakeEmbedder, FakeUpstream
-
-JsonObject = dict[str, Any]
 
 ANSWER: JsonObject = {
     "status": "completed",

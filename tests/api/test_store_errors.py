@@ -22,6 +22,7 @@ from app.core.files import FilesService
 from app.core.ports import NewResponse, Page, StoredFile, StoredVectorStore, StoredVectorStoreFile
 from app.core.vector_stores import VectorStoresService
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.api.test_files import FileSearchState, build_app
 from tests.fakes import (
@@ -34,8 +35,6 @@ from tests.fakes import (
     MemoryVectorIndex,
 )
 from tests.helpers import in_process
-
-JsonObject = dict[str, Any]
 
 ANSWER: JsonObject = {
     "id": "resp_upstream",

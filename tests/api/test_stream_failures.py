@@ -18,9 +18,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from app.core.response import RESPONSE_ERROR_CODES
+from app.protocol.json_types import JsonObject
 from tests.api.upstreams import (
     MESSAGE_ID,
-    JsonObject,
     UpstreamLog,
     build_upstream,
     event_stream,

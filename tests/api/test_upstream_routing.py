@@ -19,13 +19,12 @@ from starlette.routing import Route
 
 from app.core.ports import RawReply
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.upstream.router import UpstreamRoute, UpstreamRouter
 from tests.api.upstreams import RecordedRequest, UpstreamLog, completed_response
 from tests.fakes import FakeUpstream
 from tests.helpers import serve_in_thread
-
-JsonObject = dict[str, Any]
 
 CHAT_STREAM = [
     b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"qwen3:0.6b",'

@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 
+from app.protocol.json_types import JsonObject
 from app.retrieval.embeddings import EmbeddingsUnavailableError
 from tests.api.test_files import (
     BACKENDS,
@@ -21,8 +22,6 @@ from tests.api.test_files import (
     file_gateway,
     postgres_files_url,
 )
-
-JsonObject = dict[str, Any]
 
 __all__ = ["postgres_files_url"]  # the session fixture, for the PostgreSQL backend
 

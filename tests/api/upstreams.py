@@ -21,10 +21,10 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.helpers import serve_in_thread
 
-JsonObject = dict[str, Any]
 Scenario = Callable[[Request, JsonObject], Awaitable[Response]]
 
 UPSTREAM_RESPONSE_ID = "resp_upstream"

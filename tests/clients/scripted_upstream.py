@@ -7,16 +7,14 @@ import copy
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from app.protocol.json_types import JsonObject
 from tests.fakes import round_events
-
-JsonObject = dict[str, Any]
 
 # The function names a Codex version offers for running a command, in order of preference.
 SHELL_TOOLS = ("exec_command", "shell", "shell_command")

@@ -18,6 +18,7 @@ from app.core.ingest import IngestOutcome, IngestQueue, chunk_sizes, ingest_file
 from app.core.ports import StoredFile, StoredVectorStoreFile
 from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.errors import GatewayError, InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.retrieval.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
 from tests.fakes import (
     FakeClock,
@@ -26,8 +27,6 @@ from tests.fakes import (
     MemoryFileStore,
     MemoryVectorIndex,
 )
-
-JsonObject = dict[str, Any]
 
 AUTO = {"type": "static", "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}}
 SMALL = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}

@@ -9,9 +9,8 @@ import pytest
 
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError, NotFoundError
+from app.protocol.json_types import JsonObject
 from tests.fakes import FakeUpstream, MemoryResponseStore
-
-JsonObject = dict[str, Any]
 
 
 def message(text: str) -> JsonObject:

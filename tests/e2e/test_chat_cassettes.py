@@ -18,13 +18,12 @@ import httpx
 import pytest
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
 from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
-
-JsonObject = dict[str, Any]
 
 CASSETTES = Path(__file__).resolve().parents[2] / "cassettes" / "chat"
 

@@ -30,11 +30,10 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings, UpstreamKind
 from tests.helpers import serve_in_thread, without_parsed
 from tests.lifecycle import assert_lifecycle, project
-
-JsonObject = dict[str, Any]
 
 CREATED = 1700000000
 INSTRUCTIONS = "Answer briefly."

@@ -22,13 +22,12 @@ import openai
 import pytest
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import Cassette, load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
 from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
-
-JsonObject = dict[str, Any]
 
 RECORDED = Path(__file__).resolve().parents[2] / "cassettes" / "chat" / "recorded"
 MODEL = "tiny-random-qwen2"

@@ -29,6 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.e2e.test_chat_equivalence import (
     GET_WEATHER,
@@ -41,8 +42,6 @@ from tests.e2e.test_chat_equivalence import (
 )
 from tests.helpers import in_process, openai_client, serve_in_thread, without_parsed
 from tests.lifecycle import assert_lifecycle
-
-JsonObject = dict[str, Any]
 
 MODEL = "qwen3:8b"
 INSTRUCTIONS = "Use the tools for arithmetic."

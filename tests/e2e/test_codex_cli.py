@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.clients.codex_cli import ensure_installed, run_codex_exec
 from tests.clients.scripted_upstream import FINAL_TEXT, ScriptedUpstream
 from tests.helpers import serve_in_thread
 from tests.npm import NodeUnavailableError
-
-JsonObject = dict[str, Any]
 
 PROMPT = "Run `echo respgate-ok` and tell me what it printed."
 

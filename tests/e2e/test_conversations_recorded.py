@@ -49,6 +49,7 @@ import pytest
 
 from app.core.history import as_input_list, canonical_item
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import Cassette, Turn, load_cassette, sse_data_events
 from app.recording.replay import create_replay_app
 from app.settings import Settings
@@ -58,8 +59,6 @@ from tests.recordings import SHARED as SHARED_CASSETTES
 from tests.recordings import needs_shared
 
 pytestmark = needs_shared
-
-JsonObject = dict[str, Any]
 
 RECORDINGS = [
     "conversations/conversations-continuation-openai.yaml",

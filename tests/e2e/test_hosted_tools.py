@@ -14,11 +14,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.fakes import ScriptedUpstream, function_call, message
 from tests.lifecycle import assert_lifecycle
-
-JsonObject = dict[str, Any]
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
 EXEC = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}

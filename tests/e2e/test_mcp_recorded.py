@@ -14,19 +14,17 @@ import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp.server.mcpserver import MCPServer
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
 from tests.fakes import scripted_cassette
 from tests.helpers import in_process, openai_client, serve_in_thread
-
-JsonObject = dict[str, Any]
 
 RECORDINGS = [
     "mcp/mcp-gateway-counter-call-sum-and-echo-Qwen-Qwen3.5-35B-A3B-FP8-streaming.yaml",

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import Turn
 from tests.e2e.conftest import SharedStack
 from tests.e2e.test_openai_sdk import sdk_kwargs
@@ -26,8 +27,6 @@ from tests.recordings import SHARED as SHARED_CASSETTES
 from tests.recordings import needs_shared
 
 pytestmark = needs_shared
-
-JsonObject = dict[str, Any]
 
 CHAINS = [
     f"tool_calls/multi_turn/{prefix}responses_tool_calls_{kind}.yaml"

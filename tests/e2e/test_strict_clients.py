@@ -24,9 +24,10 @@ from openai.types.responses import Response, ResponseOutputItem, ResponseStreamE
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from app.core.ports import JsonObject, RawReply, SingleResponseStream
+from app.core.ports import RawReply, SingleResponseStream
 from app.errors import GatewayError, UpstreamProtocolError
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import CassetteError, Turn, load_cassette, sse_data_events
 from app.settings import Settings
 from app.upstream.chat_response import ChatStreamTranslator, to_response

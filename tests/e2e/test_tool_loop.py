@@ -22,13 +22,12 @@ from typing import Any
 import openai
 import pytest
 
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import Turn, sse_data_events
 from tests.e2e import tool_loop_cases as cases
 from tests.e2e.conftest import Stack, gateway_stack
 from tests.helpers import without_parsed
 from tests.lifecycle import assert_lifecycle
-
-JsonObject = dict[str, Any]
 
 # Ids the gateway generates: a prefix and a UUIDv7 as 32 hex digits.
 _GATEWAY_ID = re.compile(r"^([a-z]+)_[0-9a-f]{32}$")

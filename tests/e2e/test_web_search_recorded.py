@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.recording.cassette import (
     load_cassette,
     sse_data_events,
@@ -47,8 +47,6 @@ from tests.fakes import scripted_cassette
 from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
 from tests.search_servers import doc, serve_search
-
-JsonObject = dict[str, Any]
 
 RECORDINGS = [
     "web_search/gpt_oss_web_search_nonstreaming.yaml",

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.ids import new_id
-from app.core.ports import JsonObject, NewResponse
+from app.core.ports import NewResponse
+from app.protocol.json_types import JsonObject
 
 
 def message(text: str, role: str = "user", item_id: str | None = None) -> JsonObject:

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from app.core.ports import JsonObject
 from app.core.store_errors import (
     ConversationNotFoundError,
     ItemAlreadyInConversationError,
     UnknownCursorError,
 )
+from app.protocol.json_types import JsonObject
 from app.store.sql import SqlResponseStore
 from app.store.tables import conversation_items, conversations
 from tests.store.builders import ids, message, output_ids, turn

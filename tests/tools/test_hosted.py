@@ -13,6 +13,7 @@ from app.core.loop import LoopLimits
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError
 from app.main import build_upstream, hosted_tools
+from app.protocol.json_types import JsonObject
 from app.settings import Settings, load_settings
 from app.tools.hosted import HostedToolPolicy, HostedTools, is_hosted
 from app.tools.mcp import McpToolProvider
@@ -20,8 +21,6 @@ from app.tools.registry import GatewayToolKit
 from app.tools.web_search import WebSearchToolProvider
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, message
 from tests.tools.test_web_search import FakeSearch
-
-JsonObject = dict[str, Any]
 
 EXEC = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
 NAMESPACE = {

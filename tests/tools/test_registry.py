@@ -9,6 +9,7 @@ import pytest
 
 from app.core.ports import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.tools.mcp import (
     ConfiguredMcpServer,
     McpPolicy,
@@ -20,8 +21,6 @@ from app.tools.mcp_client import McpServerSpec, McpSessionPool, McpToolInfo
 from app.tools.registry import MAX_NAME_LENGTH, GatewayToolKit, NameTable
 from tests.helpers import free_port
 from tests.mcp_servers.counter import stdio_command
-
-JsonObject = dict[str, Any]
 
 
 def mcp_tool(url: str, **extra: Any) -> JsonObject:

@@ -16,6 +16,7 @@ from app.core.ports import GatewayCall
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError
 from app.main import create_app
+from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import McpToolProvider
@@ -41,8 +42,6 @@ from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, me
 from tests.helpers import serve_in_thread
 from tests.lifecycle import assert_lifecycle
 from tests.search_servers import SearchServer, serve_search
-
-JsonObject = dict[str, Any]
 
 WIKI = SearchResult(
     "Potato - Wikipedia",

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from app.errors import InvalidRequestError, UpstreamHTTPError, UpstreamProtocolError
+from app.protocol.json_types import JsonObject
 from app.upstream.chat_request import ChatOptions, to_chat_request
 from app.upstream.chat_response import to_response
 
-JsonObject = dict[str, Any]
 DEFAULT = ChatOptions()
 
 

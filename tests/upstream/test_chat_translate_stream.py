@@ -11,10 +11,10 @@ from app.core.accumulator import ResponseAccumulator
 from app.core.response import normalize_usage
 from app.core.stream import ResponseLifecycle
 from app.errors import UpstreamProtocolError
+from app.protocol.json_types import JsonObject
 from app.upstream.chat_response import ChatStreamTranslator, to_response
 from tests.lifecycle import assert_lifecycle
 
-JsonObject = dict[str, Any]
 REQUEST = {"model": "requested-model", "input": "hi", "stream": True}
 
 
