@@ -292,6 +292,18 @@ def message(text: str) -> JsonObject:
     }
 
 
+def text_response(text: str) -> JsonObject:
+    """A completed upstream Response whose one output is a message saying ``text``."""
+    return {
+        "id": "resp_upstream",
+        "object": "response",
+        "status": "completed",
+        "model": "test-model",
+        "output": [message(text)],
+        "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+    }
+
+
 def function_call(name: str, arguments: str, call_id: str | None = None) -> JsonObject:
     return {
         "id": f"fc_{new_id('x')[-8:]}",

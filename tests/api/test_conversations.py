@@ -26,26 +26,11 @@ from app.protocol.json_types import JsonObject
 from app.protocol.metadata import check_metadata
 from app.settings import Settings
 from app.store.migrate import upgrade_to_head_sync
-from tests.fakes import FakeUpstream, MemoryResponseStore
+from tests.fakes import FakeUpstream, MemoryResponseStore, text_response
 from tests.helpers import serve_in_thread
 from tests.postgres import throwaway_database
 
-ANSWER = {
-    "id": "resp_upstream",
-    "object": "response",
-    "status": "completed",
-    "model": "test-model",
-    "output": [
-        {
-            "id": "msg_upstream",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": "Hi there", "annotations": []}],
-        }
-    ],
-    "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
-}
+ANSWER = text_response("Hi there")
 
 
 class Gateway:

@@ -33,25 +33,11 @@ from tests.fakes import (
     MemoryFileStore,
     MemoryResponseStore,
     MemoryVectorIndex,
+    text_response,
 )
 from tests.helpers import in_process
 
-ANSWER: JsonObject = {
-    "id": "resp_upstream",
-    "object": "response",
-    "status": "completed",
-    "model": "test-model",
-    "output": [
-        {
-            "id": "msg_upstream",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed",
-            "content": [{"type": "output_text", "text": "Hi there", "annotations": []}],
-        }
-    ],
-    "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
-}
+ANSWER = text_response("Hi there")
 SERVER_ERROR = {
     "message": "The server had an error while processing your request.",
     "type": "server_error",
