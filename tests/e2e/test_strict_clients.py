@@ -24,14 +24,14 @@ from openai.types.responses import Response, ResponseOutputItem, ResponseStreamE
 from pydantic import BaseModel
 from starlette.testclient import TestClient
 
-from app.core.ports import RawReply, SingleResponseStream
+from app.core.ports import SingleResponseStream
 from app.errors import GatewayError, UpstreamProtocolError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.recording.cassette import CassetteError, Turn, load_cassette, sse_data_events
 from app.settings import Settings
 from app.upstream.chat_response import ChatStreamTranslator, to_response
-from tests.fakes import FakeEmbedder, ListEventStream
+from tests.fakes import FakeEmbedder, FakeUpstream, ListEventStream
 from tests.recordings import SHARED, needs_shared
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,13 +82,14 @@ class ReplayCase:
         return frozenset(str(e.get("type")) for e in sse_data_events(self.turn))
 
 
-class RecordedUpstream:
+class RecordedUpstream(FakeUpstream):
     """``core.ports.Upstream`` answering the current case's recorded turn, as JSON or as a
     stream, whichever the gateway asks for (a recorded stream is folded for a JSON request,
     a recorded JSON answer becomes the one terminal event, as a real server that ignores
     ``stream`` does)."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.case: ReplayCase | None = None
 
     def _current(self) -> ReplayCase:
@@ -131,16 +132,6 @@ class RecordedUpstream:
         except GatewayError as exc:
             return events, exc
         return events, None
-
-    async def list_models(self, headers: Mapping[str, str]) -> RawReply:
-        return RawReply(200, "application/json", b'{"object":"list","data":[]}')
-
-    async def check_ready(self) -> bool:
-        return True
-
-    async def aclose(self) -> None:
-        return None
-
 
 def _terminal_response(events: list[JsonObject]) -> JsonObject:
     for event in reversed(events):
