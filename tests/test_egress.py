@@ -14,7 +14,7 @@ import ipaddress
 
 import pytest
 
-from app.egress import METADATA_AND_LINK_LOCAL, PUBLIC_ONLY, AddressClass, EgressPolicy
+from app.net.egress import METADATA_AND_LINK_LOCAL, PUBLIC_ONLY, AddressClass, EgressPolicy
 from app.tools.mcp import McpPolicy
 
 

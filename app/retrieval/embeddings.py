@@ -26,6 +26,7 @@ import numpy as np
 import orjson
 
 from app.errors import GatewayError, UpstreamHTTPError, UpstreamProtocolError
+from app.net.http import error_envelope, map_transport_error
 from app.retrieval.embedder_messages import (
     LOCAL_EXTRA_HINT,
     MODEL_SETTING,
@@ -37,7 +38,6 @@ from app.retrieval.embedder_messages import (
     missing_extra_packages,
     no_upstream_model_message,
 )
-from app.upstream.http import error_envelope, map_transport_error
 
 if TYPE_CHECKING:
     from app.core.ports import Embedder

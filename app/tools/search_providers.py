@@ -30,7 +30,7 @@ from urllib.parse import urljoin, urlsplit
 
 import httpx
 
-from app.egress import PUBLIC_ONLY, EgressPolicy
+from app.net.egress import PUBLIC_ONLY, EgressPolicy
 from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)

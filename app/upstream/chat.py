@@ -15,11 +15,12 @@ import aiohttp
 
 from app.core.ports import SingleResponseStream
 from app.errors import UpstreamError
+from app.net.http import map_transport_error, release
 from app.protocol.events import STREAM_DONE
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_request import ChatOptions, to_chat_request
 from app.upstream.chat_response import ChatStreamTranslator, to_response
-from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release
+from app.upstream.http import HttpOptions, HttpUpstream
 from app.upstream.sse import parse_sse_lines, split_lines
 
 

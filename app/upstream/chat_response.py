@@ -14,6 +14,7 @@ import orjson
 
 from app.core.ids import new_id
 from app.errors import UpstreamHTTPError, UpstreamProtocolError
+from app.net.http import error_envelope
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
     arguments_text,
@@ -31,7 +32,6 @@ from app.upstream.chat_items import (
     usage_of,
 )
 from app.upstream.chat_stream import ChatStreamTranslator
-from app.upstream.http import error_envelope
 
 __all__ = ["ChatStreamTranslator", "to_response"]
 

@@ -10,8 +10,9 @@ import aiohttp
 
 from app.core.ports import SingleResponseStream
 from app.errors import UpstreamError, UpstreamHTTPError
+from app.net.http import map_transport_error, release
 from app.protocol.json_types import JsonObject
-from app.upstream.http import HttpOptions, HttpUpstream, map_transport_error, release
+from app.upstream.http import HttpOptions, HttpUpstream
 from app.upstream.sse import parse_sse_lines, split_lines
 
 logger = logging.getLogger(__name__)

@@ -133,6 +133,7 @@ class RecordedUpstream(FakeUpstream):
             return events, exc
         return events, None
 
+
 def _terminal_response(events: list[JsonObject]) -> JsonObject:
     for event in reversed(events):
         response = event.get("response")

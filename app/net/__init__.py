@@ -1,0 +1,1 @@
+"""Network edges every adapter shares: the egress policy and the HTTP client helpers."""
