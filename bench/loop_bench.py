@@ -210,14 +210,14 @@ class InstantTool:
         return None
 
     async def run(self, call: Any, *, timeout: float) -> Any:  # noqa: ASYNC109
-        from app.core.ports import ToolResult
+        from app.core.tools import ToolResult
 
         args = orjson.loads(call.arguments or "{}")
         result = str(args.get("a", 0) + args.get("b", 0))
         return ToolResult(self._item(call, output=result, status="completed"), result, True)
 
     def error_result(self, call: Any, message: str, *, status: str) -> Any:
-        from app.core.ports import ToolResult
+        from app.core.tools import ToolResult
 
         error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
         return ToolResult(self._item(call, error=error, status=status), f"Error: {message}", False)
@@ -237,7 +237,7 @@ class InstantToolKit:
     async def prepare(
         self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
     ) -> Any:
-        from app.core.ports import PreparedTools
+        from app.core.tools import PreparedTools
         from app.tools.mcp import lower_mcp_items
         from app.tools.registry import NameTable
 

@@ -18,18 +18,12 @@ from app.core.ids import new_id
 from app.core.loop import LoopLimits, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
-from app.core.ports import (
-    NewResponse,
-    Page,
-    ResponseStore,
-    ToolKit,
-    Upstream,
-    UpstreamEventStream,
-)
+from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
 from app.core.response import build_response, normalize_item, normalize_usage
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
+from app.core.tools import ToolKit
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
 from app.protocol.json_types import JsonObject
 

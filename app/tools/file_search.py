@@ -19,7 +19,7 @@ import orjson
 
 from app.core.ids import new_id
 from app.core.observe import preview_of
-from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
+from app.core.tools import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import GatewayError, InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.retrieval.filters import validate_filter

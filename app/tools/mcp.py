@@ -23,7 +23,7 @@ import orjson
 
 from app.core.ids import new_id
 from app.core.observe import preview_of
-from app.core.ports import CallPresentation, GatewayCall, PreludeItem, ToolExecutor, ToolResult
+from app.core.tools import CallPresentation, GatewayCall, PreludeItem, ToolExecutor, ToolResult
 from app.errors import InvalidRequestError
 from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
 from app.protocol.json_types import JsonObject

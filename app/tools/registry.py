@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.core.ports import GatewayCall, PreludeItem, PreparedTools, ToolExecutor
+from app.core.tools import GatewayCall, PreludeItem, PreparedTools, ToolExecutor
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.tools.hosted import HostedToolPolicy, HostedTools, dropped_include, is_hosted

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 import orjson
 
 from app.core.ids import new_id
-from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
+from app.core.tools import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.tools.registry import NameTable, ProviderTools

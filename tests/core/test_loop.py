@@ -11,8 +11,8 @@ import pytest
 
 from app.core.loop import LoopLimits
 from app.core.observe import ToolCallEvent, ToolEvents
-from app.core.ports import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.core.service import ResponsesService
+from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
 from app.tools.mcp import PRESENTATION, lower_mcp_items

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.core.ports import GatewayCall, PreparedTools
+from app.core.tools import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.tools.mcp import (

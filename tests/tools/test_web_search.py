@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from app.core.loop import LoopLimits
-from app.core.ports import GatewayCall
 from app.core.service import ResponsesService
+from app.core.tools import GatewayCall
 from app.errors import InvalidRequestError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
