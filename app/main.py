@@ -36,8 +36,8 @@ from app.tools.file_search import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
 from app.tools.mcp_client import McpSessionPool
-from app.tools.registry import GatewayToolKit
 from app.tools.search_providers import SearchLimits, create_search_provider
+from app.tools.toolkit import GatewayToolKit
 from app.tools.web_search import WebSearchToolProvider
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions

@@ -239,7 +239,7 @@ class InstantToolKit:
     ) -> Any:
         from app.core.tools import PreparedTools
         from app.tools.mcp import lower_mcp_items
-        from app.tools.registry import NameTable
+        from app.tools.toolkit import NameTable
 
         functions = [
             {"type": "function", "name": name, "parameters": SUM_SCHEMA} for name in self.tools
@@ -403,7 +403,7 @@ async def inproc_mcp(
     from app.core.service import ResponsesService
     from app.tools.mcp import ConfiguredMcpServer, McpToolProvider
     from app.tools.mcp_client import McpServerSpec, McpSessionPool
-    from app.tools.registry import GatewayToolKit
+    from app.tools.toolkit import GatewayToolKit
     from tests.fakes import MemoryResponseStore
 
     spec = McpServerSpec(label="counter", url=url, transport="streamable_http")

@@ -155,7 +155,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
     from app.core.tools import GatewayCall
     from app.tools.mcp import McpToolProvider
     from app.tools.mcp_client import McpServerSpec, McpSession
-    from app.tools.registry import NameTable
+    from app.tools.toolkit import NameTable
 
     clients: dict[str, CallFn] = {}
     async with contextlib.AsyncExitStack() as stack:

@@ -23,7 +23,7 @@ from app.core.tools import CallPresentation, GatewayCall, ToolExecutor, ToolResu
 from app.errors import GatewayError, InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.retrieval.filters import validate_filter
-from app.tools.registry import NameTable, ProviderTools
+from app.tools.toolkit import NameTable, ProviderTools
 
 NAMESPACE = "file_search"
 INCLUDE_RESULTS = "file_search_call.results"
@@ -238,7 +238,7 @@ def _merge(pages: list[JsonObject], limit: int) -> list[JsonObject]:
 
 
 class FileSearchToolProvider:
-    """The ``file_search`` tool type (``tools.registry.ToolProvider``)."""
+    """The ``file_search`` tool type (``tools.toolkit.ToolProvider``)."""
 
     tool_types = frozenset({"file_search"})
     item_types = frozenset({"file_search_call"})

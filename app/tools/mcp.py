@@ -36,7 +36,7 @@ from app.tools.mcp_client import (
     McpToolInfo,
     transport_for_url,
 )
-from app.tools.registry import NameTable, ProviderTools
+from app.tools.toolkit import NameTable, ProviderTools
 
 logger = logging.getLogger(__name__)
 
@@ -280,7 +280,7 @@ class McpToolExecutor:
 
 
 class McpToolProvider:
-    """The ``mcp`` tool type (``tools.registry.ToolProvider``)."""
+    """The ``mcp`` tool type (``tools.toolkit.ToolProvider``)."""
 
     tool_types = frozenset({"mcp"})
     item_types = ITEM_TYPES

@@ -33,7 +33,6 @@ from app.core.ids import new_id
 from app.core.tools import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
-from app.tools.registry import NameTable, ProviderTools
 from app.tools.search_providers import (
     SearchError,
     SearchProvider,
@@ -41,6 +40,7 @@ from app.tools.search_providers import (
     normalize_domains,
     truncate,
 )
+from app.tools.toolkit import NameTable, ProviderTools
 
 logger = logging.getLogger(__name__)
 
@@ -395,7 +395,7 @@ class WebSearchExecutor:
 
 
 class WebSearchToolProvider:
-    """The ``web_search`` tool types (``tools.registry.ToolProvider``).
+    """The ``web_search`` tool types (``tools.toolkit.ToolProvider``).
 
     ``search`` is ``None`` when the gateway has no search backend: the provider is then
     ``unavailable`` and the registry drops, refuses or forwards the request's web search tools

@@ -16,7 +16,7 @@ from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
 from app.tools.mcp import PRESENTATION, lower_mcp_items
-from app.tools.registry import NameTable
+from app.tools.toolkit import NameTable
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.lifecycle import assert_lifecycle
 

@@ -20,13 +20,13 @@ from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import McpToolProvider
-from app.tools.registry import GatewayToolKit, NameTable
 from app.tools.search_providers import (
     SearchError,
     SearchLimits,
     SearchResult,
     SearxngSearchProvider,
 )
+from app.tools.toolkit import GatewayToolKit, NameTable
 from app.tools.web_search import (
     PRESENTATION,
     SearchRequest,

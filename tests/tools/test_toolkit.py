@@ -18,7 +18,7 @@ from app.tools.mcp import (
     lower_mcp_items,
 )
 from app.tools.mcp_client import McpServerSpec, McpSessionPool, McpToolInfo
-from app.tools.registry import MAX_NAME_LENGTH, GatewayToolKit, NameTable
+from app.tools.toolkit import MAX_NAME_LENGTH, GatewayToolKit, NameTable
 from tests.helpers import free_port
 from tests.mcp_servers.counter import stdio_command
 
