@@ -226,8 +226,13 @@ class InstantTool:
 class InstantToolKit:
     """The tests' FakeToolKit: request tool ``{"type": "instant"}`` -> ``mcp__fake__add``."""
 
+    include_values: frozenset[str] = frozenset()
+
     def __init__(self) -> None:
         self.tools = {"mcp__fake__add": InstantTool("add")}
+
+    def secret_fields(self, tool_type: str) -> frozenset[str]:
+        return frozenset()
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         return any(t.get("type") == "instant" for t in body.get("tools") or []) or any(
@@ -893,6 +898,13 @@ class BenchToolKit:
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         return self._instant(body) or bool(self.real.involves_gateway(body, items))
+
+    @property
+    def include_values(self) -> frozenset[str]:
+        return frozenset(self.real.include_values)
+
+    def secret_fields(self, tool_type: str) -> frozenset[str]:
+        return frozenset(self.real.secret_fields(tool_type))
 
     async def prepare(
         self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
