@@ -282,8 +282,7 @@ def normalize_item(
             item["status"] = status
     elif kind == "reasoning" and item.get("summary") is None:
         item["summary"] = []
-    else:
-        fill_item(item)  # a tool kind's item type
+    fill_item(item)  # what a tool kind's item type needs
     return item
 
 
