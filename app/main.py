@@ -23,7 +23,9 @@ from app.core.observe import ToolEvents
 from app.core.ports import Embedder, ResponseStore, Upstream, VectorIndex
 from app.core.service import ResponsesService
 from app.core.vector_stores import VectorStoresService
+from app.protocol.items import register_item_kinds
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import register_include_values
 from app.retrieval.embeddings import build_embedder
 from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings, UpstreamConfig
@@ -36,8 +38,8 @@ from app.tools.file_search import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
 from app.tools.mcp_client import McpSessionPool
-from app.tools.registry import GatewayToolKit
 from app.tools.search_providers import SearchLimits, create_search_provider
+from app.tools.toolkit import GatewayToolKit
 from app.tools.web_search import WebSearchToolProvider
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
@@ -168,7 +170,15 @@ def build_toolkit(
     kit = GatewayToolKit(
         [provider, web_search, file_search], hosted=hosted_tools(settings, upstream)
     )
+    register_tool_kinds(kit)
     return kit, resources
+
+
+def register_tool_kinds(kit: GatewayToolKit) -> None:
+    """Teach the wire layer what the tool kinds add to it: their item types (ids the gateway
+    gives, fields it fills) and the ``include`` values they answer."""
+    register_item_kinds(kit.item_kinds)
+    register_include_values(kit.include_values)
 
 
 async def build_vector_index(engine: AsyncEngine) -> VectorIndex:

@@ -482,7 +482,7 @@ def services(setup: Setup) -> dict[str, Any]:
     from app.core.observe import ToolEvents
     from app.core.service import ResponsesService
     from app.tools.file_search import FileSearchToolProvider
-    from app.tools.registry import GatewayToolKit
+    from app.tools.toolkit import GatewayToolKit
     from tests.fakes import MemoryResponseStore
 
     out: dict[str, Any] = {}

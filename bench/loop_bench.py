@@ -210,14 +210,14 @@ class InstantTool:
         return None
 
     async def run(self, call: Any, *, timeout: float) -> Any:  # noqa: ASYNC109
-        from app.core.ports import ToolResult
+        from app.core.tools import ToolResult
 
         args = orjson.loads(call.arguments or "{}")
         result = str(args.get("a", 0) + args.get("b", 0))
         return ToolResult(self._item(call, output=result, status="completed"), result, True)
 
     def error_result(self, call: Any, message: str, *, status: str) -> Any:
-        from app.core.ports import ToolResult
+        from app.core.tools import ToolResult
 
         error = {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
         return ToolResult(self._item(call, error=error, status=status), f"Error: {message}", False)
@@ -226,8 +226,13 @@ class InstantTool:
 class InstantToolKit:
     """The tests' FakeToolKit: request tool ``{"type": "instant"}`` -> ``mcp__fake__add``."""
 
+    include_values: frozenset[str] = frozenset()
+
     def __init__(self) -> None:
         self.tools = {"mcp__fake__add": InstantTool("add")}
+
+    def secret_fields(self, tool_type: str) -> frozenset[str]:
+        return frozenset()
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         return any(t.get("type") == "instant" for t in body.get("tools") or []) or any(
@@ -237,9 +242,9 @@ class InstantToolKit:
     async def prepare(
         self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
     ) -> Any:
-        from app.core.ports import PreparedTools
+        from app.core.tools import PreparedTools
         from app.tools.mcp import lower_mcp_items
-        from app.tools.registry import NameTable
+        from app.tools.toolkit import NameTable
 
         functions = [
             {"type": "function", "name": name, "parameters": SUM_SCHEMA} for name in self.tools
@@ -403,7 +408,7 @@ async def inproc_mcp(
     from app.core.service import ResponsesService
     from app.tools.mcp import ConfiguredMcpServer, McpToolProvider
     from app.tools.mcp_client import McpServerSpec, McpSessionPool
-    from app.tools.registry import GatewayToolKit
+    from app.tools.toolkit import GatewayToolKit
     from tests.fakes import MemoryResponseStore
 
     spec = McpServerSpec(label="counter", url=url, transport="streamable_http")
@@ -893,6 +898,13 @@ class BenchToolKit:
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         return self._instant(body) or bool(self.real.involves_gateway(body, items))
+
+    @property
+    def include_values(self) -> frozenset[str]:
+        return frozenset(self.real.include_values)
+
+    def secret_fields(self, tool_type: str) -> frozenset[str]:
+        return frozenset(self.real.secret_fields(tool_type))
 
     async def prepare(
         self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]

@@ -152,10 +152,10 @@ async def open_clients(url: str, which: list[str]) -> Any:
     """The selected clients, each connected once; yields name -> zero-argument coroutine."""
     from mcp import Client
 
-    from app.core.ports import GatewayCall
+    from app.core.tools import GatewayCall
     from app.tools.mcp import McpToolProvider
     from app.tools.mcp_client import McpServerSpec, McpSession
-    from app.tools.registry import NameTable
+    from app.tools.toolkit import NameTable
 
     clients: dict[str, CallFn] = {}
     async with contextlib.AsyncExitStack() as stack:

@@ -25,9 +25,9 @@ from typing import Any
 
 from app.core.ids import new_id
 from app.core.jsoncopy import clone
-from app.core.response import normalize_item, normalize_part, normalize_sources, normalize_usage
+from app.core.response import normalize_item, normalize_part, normalize_usage
 from app.protocol import events as ev
-from app.protocol.items import ITEM_ID_PREFIXES
+from app.protocol.items import ITEM_ID_PREFIXES, fill_item
 from app.protocol.json_types import JsonObject
 
 Handler = Callable[[JsonObject], list[JsonObject]]
@@ -234,8 +234,7 @@ class ResponseAccumulator:
             # The gateway names the items it stores: unique and sortable, whatever the
             # upstream called them (the upstream's id still routes its later events here).
             item["id"] = new_id(prefix)
-        if kind == "web_search_call":
-            normalize_sources(item.get("action"))
+        fill_item(item)
         slot = _Slot(len(self.output))
         self.output.append(item)
         self._slots.append(slot)
@@ -689,7 +688,7 @@ def _skeleton(kind: str, source: JsonObject) -> JsonObject:
     elif kind == "reasoning":
         item.update(summary=[], content=[], status="in_progress")
     else:
-        # Another known type (``mcp_list_tools``, ``web_search_call`` …) has no events of its
+        # Another known type (a tool kind's: ``mcp_list_tools`` …) has no events of its
         # own to fill it: it opens with the fields it has, so that it validates as its type.
         item = {**clone(source), "id": item["id"], "type": kind}
         if "status" in source or kind.endswith("_call"):

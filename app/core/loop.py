@@ -25,15 +25,8 @@ from app.core.accumulator import ResponseAccumulator
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.jsoncopy import clone
 from app.core.observe import ToolCallEvent, ToolEvents, preview_of
-from app.core.ports import (
-    GatewayCall,
-    PreparedTools,
-    SingleResponseStream,
-    ToolExecutor,
-    ToolResult,
-    Upstream,
-    UpstreamEventStream,
-)
+from app.core.ports import SingleResponseStream, Upstream, UpstreamEventStream
+from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
 from app.protocol import events as ev
 from app.protocol.json_types import JsonObject

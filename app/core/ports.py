@@ -1,9 +1,10 @@
-"""Interfaces the core depends on; adapters in upstream/, tools/, store/ implement them."""
+"""Interfaces the core depends on; adapters in upstream/, store/ implement them (the tool
+interface, which tools/ implements, is ``core.tools``)."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from app.protocol.json_types import JsonObject
@@ -237,134 +238,6 @@ class ResponseStore(Protocol):
     async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
 
     async def aclose(self) -> None: ...
-
-
-# ----------------------------------------------------------------------------- tools
-
-
-@dataclass(slots=True)
-class GatewayCall:
-    """One call the model made to a gateway-owned tool.
-
-    ``item_id`` names the item the client sees (``mcp_…``); ``call_id`` and ``name`` are the
-    model's own (the function name the upstream was given).
-    """
-
-    item_id: str
-    call_id: str
-    name: str
-    arguments: str
-    output_index: int
-    approval_request_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ToolResult:
-    """A finished gateway call: the item the client sees and the text the model reads."""
-
-    item: JsonObject
-    model_output: str
-    ok: bool
-    preview: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CallPresentation:
-    """How a gateway call appears in a client stream (item type and event names).
-
-    ``arguments_events`` names the delta and done events of the call's arguments (``None``: the
-    arguments are not streamed), ``opened_events`` follow ``output_item.added``,
-    ``running_events`` are sent when the call starts to run, ``completed_event`` and
-    ``failed_event`` precede ``output_item.done``.
-    """
-
-    opened_events: tuple[str, ...]
-    arguments_events: tuple[str, str] | None
-    running_events: tuple[str, ...]
-    completed_event: str
-    failed_event: str
-
-
-class ToolExecutor(Protocol):
-    """A gateway-owned tool, under the function name the upstream sees."""
-
-    presentation: CallPresentation
-
-    def open_item(self, call: GatewayCall) -> JsonObject:
-        """The in-progress item the client sees when the model starts the call."""
-        ...
-
-    def approval_item(self, call: GatewayCall) -> JsonObject | None:
-        """The item that asks the client to approve the call (the response ends there), or
-        ``None`` when the call runs without approval. Asked when the model opens the call;
-        the item's ``arguments`` are filled in once the model has sent them all."""
-        ...
-
-    async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
-        """Run the call; a failure is a result (``ok`` false), never an exception."""
-        ...
-
-    def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
-        """The result of a call that was not run or could not finish (``message`` for both the
-        client's item and the model)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class PreludeItem:
-    """An item the gateway produced before the first round (``mcp_list_tools``): sent as
-    ``output_item.added`` with ``opening``, then ``events``, then ``output_item.done`` with
-    ``item``."""
-
-    opening: JsonObject
-    events: tuple[str, ...]
-    item: JsonObject
-
-
-@dataclass(slots=True)
-class PreparedTools:
-    """The tools of one request, ready for the loop.
-
-    ``executors`` maps the function names the upstream sees to gateway executors (names the
-    gateway claims but cannot serve map to executors that answer with an error); every other
-    function call belongs to the client. ``approved`` are calls the client approved in this
-    request's input, run before the first round.
-    """
-
-    executors: Mapping[str, ToolExecutor]
-    upstream_tools: list[JsonObject]
-    tool_choice: Any
-    upstream_input: list[JsonObject]
-    prelude: list[PreludeItem]
-    approved: list[tuple[GatewayCall, ToolExecutor]]
-
-    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
-    # Citations for the answer: each gets the text of an output_text part once it is complete
-    # and returns annotations (``url_citation``, ``file_citation``) for what the tools found.
-    annotators: list[Callable[[str], list[JsonObject]]] = field(default_factory=list)
-    # The ``include`` the upstream gets, when the toolkit changed the request's (a tool it left
-    # out takes its ``include`` values with it); ``None``: the request's.
-    upstream_include: list[Any] | None = None
-
-    async def aclose(self) -> None:
-        for closer in self.closers:
-            await closer()
-
-
-class ToolKit(Protocol):
-    """Builds a request's tools: ownership, upstream function schemas, history lowering."""
-
-    def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
-        """Whether the request needs the tool loop (gateway tools, or gateway items to lower)."""
-        ...
-
-    async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
-    ) -> PreparedTools:
-        """Resolve the request's tools (listing MCP servers where needed) and lower
-        ``history + new_input`` to what the upstream understands. Raises
-        ``InvalidRequestError`` for a tool the request may not use."""
-        ...
 
 
 # ------------------------------------------------------------------ files and vector stores

@@ -8,10 +8,11 @@ missing or ``null`` where the Open Responses schema requires a value.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from app.core.ids import new_id
-from app.protocol.items import ITEM_ID_PREFIXES
+from app.protocol.items import ITEM_ID_PREFIXES, fill_item
 from app.protocol.json_types import JsonObject
 
 # Fields whose value the client chose: echoed from the request when it set them.
@@ -204,7 +205,19 @@ def normalize_error(error: JsonObject | None) -> JsonObject | None:
     return out
 
 
-_SECRET_TOOL_FIELDS = frozenset({"headers", "authorization"})
+def without_secrets(tools: Any, secret_fields: Callable[[str], frozenset[str]]) -> Any:
+    """``tools`` without the fields ``secret_fields(type)`` names (credentials that go to the
+    tool only: never echoed, never stored); ``tools`` itself when no tool has any."""
+    if not isinstance(tools, list):
+        return tools
+    out: list[Any] = []
+    for tool in tools:
+        secret = secret_fields(str(tool.get("type"))) if isinstance(tool, dict) else None
+        if secret and not secret.isdisjoint(tool):
+            tool = {k: v for k, v in tool.items() if k not in secret}
+        out.append(tool)
+    changed = any(mine is not theirs for mine, theirs in zip(out, tools, strict=True))
+    return out if changed else tools
 
 
 def normalize_tools(tools: Any) -> list[Any]:
@@ -213,10 +226,7 @@ def normalize_tools(tools: Any) -> list[Any]:
         return []
     out: list[Any] = []
     for tool in tools:
-        if isinstance(tool, dict) and tool.get("type") == "mcp":
-            # Credentials go to the MCP server only: never echoed, never stored.
-            tool = {k: v for k, v in tool.items() if k not in _SECRET_TOOL_FIELDS}
-        elif isinstance(tool, dict) and tool.get("type") == "function":
+        if isinstance(tool, dict) and tool.get("type") == "function":
             tool = dict(tool)
             if tool.get("strict") is None:
                 tool["strict"] = True
@@ -272,18 +282,8 @@ def normalize_item(
             item["status"] = status
     elif kind == "reasoning" and item.get("summary") is None:
         item["summary"] = []
-    elif kind == "web_search_call":
-        normalize_sources(item.get("action"))
+    fill_item(item)  # what a tool kind's item type needs
     return item
-
-
-def normalize_sources(action: Any) -> None:
-    """A search's ``sources`` are ``{"type": "url", "url"}`` in OpenAI's schema; some servers
-    that run web search themselves leave ``type`` out."""
-    sources = action.get("sources") if isinstance(action, dict) else None
-    for source in sources if isinstance(sources, list) else ():
-        if isinstance(source, dict) and "url" in source:
-            source.setdefault("type", "url")
 
 
 def build_response(

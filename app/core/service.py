@@ -18,18 +18,12 @@ from app.core.ids import new_id
 from app.core.loop import LoopLimits, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
-from app.core.ports import (
-    NewResponse,
-    Page,
-    ResponseStore,
-    ToolKit,
-    Upstream,
-    UpstreamEventStream,
-)
-from app.core.response import build_response, normalize_item, normalize_usage
+from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
+from app.core.response import build_response, normalize_item, normalize_usage, without_secrets
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
+from app.core.tools import ToolKit
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
 from app.protocol.json_types import JsonObject
 
@@ -38,8 +32,6 @@ logger = logging.getLogger(__name__)
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
 _STATE_FIELDS = ("previous_response_id", "conversation")
-# ``include`` values about items the gateway produces.
-_GATEWAY_INCLUDES = ("web_search_call.", "file_search_call.", "mcp_")
 # Fields the tool loop answers itself instead of forwarding.
 _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
 
@@ -131,9 +123,10 @@ class ResponsesService:
         if prepared.upstream_include is not None:
             include = prepared.upstream_include
         if isinstance(include, list):
-            # What the gateway's own items include (``web_search_call.action.sources`` …) is
-            # the gateway's business: an upstream would reject the values it does not know.
-            kept = [i for i in include if not str(i).startswith(_GATEWAY_INCLUDES)]
+            # What the gateway's own items include (the toolkit's ``include_values``) is the
+            # gateway's business: an upstream would reject the values it does not know.
+            answered = toolkit.include_values
+            kept = [i for i in include if str(i) not in answered]
             if kept:
                 upstream_body["include"] = kept
             else:
@@ -175,7 +168,7 @@ class ResponsesService:
         error = data.get("error")
         details = data.get("incomplete_details")
         response = build_response(
-            request=body,
+            request=self._echoed(body),
             response_id=response_id,
             created_at=created_at,
             status=status,
@@ -205,7 +198,7 @@ class ResponsesService:
             await loop.aclose()
         status = loop.status or "completed"
         response = build_response(
-            request=body,
+            request=self._echoed(body),
             response_id=response_id,
             created_at=created_at,
             status=status,
@@ -255,10 +248,11 @@ class ResponsesService:
         """One client lifecycle around ``source``'s events; ``state`` holds the response's
         output, status and usage as they grow."""
         lifecycle = ResponseLifecycle()
+        echoed = self._echoed(body)
 
         def snapshot(status: str, **fields: Any) -> JsonObject:
             return build_response(
-                request=body,
+                request=echoed,
                 response_id=response_id,
                 created_at=created_at,
                 status=status,
@@ -332,6 +326,15 @@ class ResponsesService:
                 conversation_id=history.conversation_id,
             )
         )
+
+    def _echoed(self, body: JsonObject) -> JsonObject:
+        """The request as its response echoes it: without the tool fields the toolkit calls
+        secret (credentials that go to the tool only: never echoed, never stored)."""
+        if self.toolkit is None:
+            return body
+        tools = body.get("tools")
+        public = without_secrets(tools, self.toolkit.secret_fields)
+        return body if public is tools else {**body, "tools": public}
 
     def _completed_at(self, status: str) -> int | None:
         return int(self._clock()) if status in ("completed", "incomplete") else None

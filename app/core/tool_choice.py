@@ -2,8 +2,8 @@
 
 The tools a request offers are its own ``tools``: a continuation (``previous_response_id`` or
 ``conversation``) inherits none, as with OpenAI, so a choice must name a tool of this request.
-Hosted tools the gateway leaves out are not the question here: a choice of one is the tool
-registry's to translate.
+Hosted tools the gateway leaves out are not the question here: a choice of one is the
+toolkit's to translate.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ rather than a surprise upstream; their own unknown keys are carried too.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
@@ -17,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_val
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 
-# OpenAI's ``ResponseIncludable`` (openai SDK 3.57), then the values the gateway's own tools read.
+# OpenAI's ``ResponseIncludable`` (openai SDK 3.57).
 OPENAI_INCLUDES = (
     "file_search_call.results",
     "web_search_call.results",
@@ -28,8 +29,15 @@ OPENAI_INCLUDES = (
     "reasoning.encrypted_content",
     "message.output_text.logprobs",
 )
-GATEWAY_INCLUDES: tuple[str, ...] = ()
-KNOWN_INCLUDES = frozenset((*OPENAI_INCLUDES, *GATEWAY_INCLUDES))
+# OpenAI's values and those the gateway's tool kinds answer (``register_include_values``).
+KNOWN_INCLUDES: set[str] = set(OPENAI_INCLUDES)
+
+
+def register_include_values(values: Iterable[str]) -> None:
+    """Accept the ``include`` values a tool kind answers (``app.main`` calls it when it wires
+    the toolkit)."""
+    KNOWN_INCLUDES.update(values)
+
 
 SummaryMode = Literal["auto", "concise", "detailed"]
 

@@ -1,1 +1,3 @@
-"""Gateway-owned tools: MCP servers (client, URL checks, executor) and the tool registry."""
+"""Gateway-owned tools: one module or package per tool kind (MCP, web search, file search), each
+a ``core.tools.ToolProvider``, put together by ``toolkit.GatewayToolKit``; ``hosted`` says what
+happens to the hosted tools the gateway cannot run."""

@@ -19,11 +19,19 @@ import orjson
 
 from app.core.ids import new_id
 from app.core.observe import preview_of
-from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
+from app.core.tools import (
+    CallPresentation,
+    GatewayCall,
+    ProviderTools,
+    ToolExecutor,
+    ToolKindSpec,
+    ToolNames,
+    ToolResult,
+)
 from app.errors import GatewayError, InvalidRequestError
+from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
 from app.retrieval.filters import validate_filter
-from app.tools.registry import NameTable, ProviderTools
 
 NAMESPACE = "file_search"
 INCLUDE_RESULTS = "file_search_call.results"
@@ -238,11 +246,14 @@ def _merge(pages: list[JsonObject], limit: int) -> list[JsonObject]:
 
 
 class FileSearchToolProvider:
-    """The ``file_search`` tool type (``tools.registry.ToolProvider``)."""
+    """The ``file_search`` tool type (``core.tools.ToolProvider``)."""
 
-    tool_types = frozenset({"file_search"})
-    item_types = frozenset({"file_search_call"})
-    namespace = NAMESPACE
+    spec = ToolKindSpec(
+        namespace=NAMESPACE,
+        tool_types=frozenset({"file_search"}),
+        items=(ItemKind("file_search_call", "fs"),),
+        include=frozenset({INCLUDE_RESULTS}),
+    )
 
     def __init__(self, search: VectorStoreSearch | None) -> None:
         self._search = search
@@ -255,7 +266,7 @@ class FileSearchToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: NameTable,
+        names: ToolNames,
         request: JsonObject,
     ) -> ProviderTools:
         out = ProviderTools()
@@ -305,7 +316,7 @@ class FileSearchToolProvider:
     ) -> list[str] | None:
         return [n for n, e in executors.items() if isinstance(e, FileSearchExecutor)]
 
-    def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
+    def lower(self, items: list[JsonObject], names: ToolNames) -> list[JsonObject]:
         out: list[JsonObject] = []
         for item in items:
             if item.get("type") != "file_search_call":

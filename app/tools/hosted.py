@@ -6,7 +6,7 @@ interpreter, image generation, remote MCP, server-side tool search …); the cli
 others (``function``, ``custom``, ``namespace``, ``local_shell``, ``shell``, ``apply_patch``,
 ``computer*``, ``tool_search`` with ``"execution": "client"`` …) and the gateway passes those
 through. The gateway runs some
-hosted types itself (``tools.registry`` providers); a hosted tool it cannot run (no provider for
+hosted types itself (``tools.toolkit`` providers); a hosted tool it cannot run (no provider for
 the type, or a provider without its backend, e.g. web search with no ``web_search_provider``) is
 handled by ``HostedToolPolicy``. Clients such as Codex send a ``web_search`` tool on every turn,
 so the default, ``drop``, keeps such a turn working: the model just does not see the tool.

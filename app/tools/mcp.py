@@ -23,9 +23,19 @@ import orjson
 
 from app.core.ids import new_id
 from app.core.observe import preview_of
-from app.core.ports import CallPresentation, GatewayCall, PreludeItem, ToolExecutor, ToolResult
+from app.core.tools import (
+    CallPresentation,
+    GatewayCall,
+    PreludeItem,
+    ProviderTools,
+    ToolExecutor,
+    ToolKindSpec,
+    ToolNames,
+    ToolResult,
+)
 from app.errors import InvalidRequestError
 from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
+from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
 from app.tools.mcp_client import (
     McpCallOutcome,
@@ -36,14 +46,17 @@ from app.tools.mcp_client import (
     McpToolInfo,
     transport_for_url,
 )
-from app.tools.registry import NameTable, ProviderTools
 
 logger = logging.getLogger(__name__)
 
 NAMESPACE = "mcp"
-ITEM_TYPES = frozenset(
-    {"mcp_call", "mcp_list_tools", "mcp_approval_request", "mcp_approval_response"}
+ITEM_KINDS = (
+    ItemKind("mcp_call", "mcp"),
+    ItemKind("mcp_list_tools", "mcpl"),
+    ItemKind("mcp_approval_request", "mcpr"),
+    ItemKind("mcp_approval_response"),
 )
+ITEM_TYPES = frozenset(kind.type for kind in ITEM_KINDS)
 
 PRESENTATION = CallPresentation(
     opened_events=("response.mcp_call.in_progress",),
@@ -280,11 +293,15 @@ class McpToolExecutor:
 
 
 class McpToolProvider:
-    """The ``mcp`` tool type (``tools.registry.ToolProvider``)."""
+    """The ``mcp`` tool type (``core.tools.ToolProvider``)."""
 
-    tool_types = frozenset({"mcp"})
-    item_types = ITEM_TYPES
-    namespace = NAMESPACE
+    # The credentials in ``headers`` and ``authorization`` go to the MCP server only.
+    spec = ToolKindSpec(
+        namespace=NAMESPACE,
+        tool_types=frozenset({"mcp"}),
+        items=ITEM_KINDS,
+        secret_fields=frozenset({"headers", "authorization"}),
+    )
 
     def __init__(
         self,
@@ -308,7 +325,7 @@ class McpToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: NameTable,
+        names: ToolNames,
         request: JsonObject,
     ) -> ProviderTools:
         out = ProviderTools()
@@ -452,7 +469,7 @@ class McpToolProvider:
         history: list[JsonObject],
         new_input: list[JsonObject],
         servers: Mapping[str, _Server],
-        names: NameTable,
+        names: ToolNames,
     ) -> list[tuple[GatewayCall, ToolExecutor]]:
         requests = {
             item.get("id"): item for item in history if item.get("type") == "mcp_approval_request"
@@ -508,7 +525,7 @@ class McpToolProvider:
                 selected.append(name)
         return selected
 
-    def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
+    def lower(self, items: list[JsonObject], names: ToolNames) -> list[JsonObject]:
         return lower_mcp_items(items, names)
 
 
@@ -570,7 +587,7 @@ def _function_output(call_id: str, output: str) -> JsonObject:
     return {"type": "function_call_output", "call_id": call_id, "output": output}
 
 
-def lower_mcp_items(items: list[JsonObject], names: NameTable) -> list[JsonObject]:
+def lower_mcp_items(items: list[JsonObject], names: ToolNames) -> list[JsonObject]:
     """MCP items as the upstream reads them: each ``mcp_call`` becomes a ``function_call``
     and its ``function_call_output``; an answered approval request becomes the call, a declined
     one's answer its output; tool listings are dropped (the tools travel as ``tools``)."""

@@ -30,10 +30,18 @@ from urllib.parse import urlsplit
 import orjson
 
 from app.core.ids import new_id
-from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
+from app.core.tools import (
+    CallPresentation,
+    GatewayCall,
+    ProviderTools,
+    ToolExecutor,
+    ToolKindSpec,
+    ToolNames,
+    ToolResult,
+)
 from app.errors import InvalidRequestError
+from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
-from app.tools.registry import NameTable, ProviderTools
 from app.tools.search_providers import (
     SearchError,
     SearchProvider,
@@ -394,17 +402,30 @@ class WebSearchExecutor:
 # ----------------------------------------------------------------------------- provider
 
 
+def fill_web_search_call(item: JsonObject) -> None:
+    """A search's ``sources`` are ``{"type": "url", "url"}`` in OpenAI's schema; some servers
+    that run web search themselves leave ``type`` out."""
+    action = item.get("action")
+    sources = action.get("sources") if isinstance(action, dict) else None
+    for source in sources if isinstance(sources, list) else ():
+        if isinstance(source, dict) and "url" in source:
+            source.setdefault("type", "url")
+
+
 class WebSearchToolProvider:
-    """The ``web_search`` tool types (``tools.registry.ToolProvider``).
+    """The ``web_search`` tool types (``core.tools.ToolProvider``).
 
     ``search`` is ``None`` when the gateway has no search backend: the provider is then
     ``unavailable`` and the registry drops, refuses or forwards the request's web search tools
     (``tools.hosted``); history items are still lowered.
     """
 
-    tool_types = TOOL_TYPES
-    item_types = ITEM_TYPES
-    namespace = NAMESPACE
+    spec = ToolKindSpec(
+        namespace=NAMESPACE,
+        tool_types=TOOL_TYPES,
+        items=(ItemKind("web_search_call", "ws", fill_web_search_call),),
+        include=frozenset({INCLUDE_SOURCES, "web_search_call.results"}),
+    )
 
     def __init__(self, search: SearchProvider | None, *, max_results: int = 5) -> None:
         self.search = search
@@ -418,7 +439,7 @@ class WebSearchToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: NameTable,
+        names: ToolNames,
         request: JsonObject,
     ) -> ProviderTools:
         out = ProviderTools()
@@ -460,7 +481,7 @@ class WebSearchToolProvider:
     ) -> list[str] | None:
         return [n for n, e in executors.items() if isinstance(e, WebSearchExecutor)]
 
-    def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
+    def lower(self, items: list[JsonObject], names: ToolNames) -> list[JsonObject]:
         if not any(item.get("type") in ITEM_TYPES for item in items):
             return items
         return lower_web_search_items(items, names.claim(NAMESPACE))

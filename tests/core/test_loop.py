@@ -11,12 +11,12 @@ import pytest
 
 from app.core.loop import LoopLimits
 from app.core.observe import ToolCallEvent, ToolEvents
-from app.core.ports import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.core.service import ResponsesService
+from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
 from app.tools.mcp import PRESENTATION, lower_mcp_items
-from app.tools.registry import NameTable
+from app.tools.toolkit import NameTable
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.lifecycle import assert_lifecycle
 
@@ -71,8 +71,14 @@ class FakeTool:
 
 
 class FakeToolKit:
+    # The include values about the gateway's items: answered by the gateway, never forwarded.
+    include_values = frozenset({"web_search_call.action.sources", "file_search_call.results"})
+
     def __init__(self, tools: list[FakeTool]) -> None:
         self.tools = {f"mcp__fake__{t.tool}": t for t in tools}
+
+    def secret_fields(self, tool_type: str) -> frozenset[str]:
+        return frozenset({"token"}) if tool_type == "fake" else frozenset()
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         return any(t.get("type") == "fake" for t in body.get("tools") or []) or any(
@@ -409,7 +415,7 @@ async def test_annotators_add_citations_to_the_answer(stream: bool) -> None:
     assert await service.get(final["id"]) == final
 
 
-async def test_include_values_about_gateway_items_are_not_forwarded() -> None:
+async def test_include_values_the_toolkit_answers_are_not_forwarded() -> None:
     call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
     service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
     include = ["web_search_call.action.sources", "reasoning.encrypted_content"]
@@ -418,3 +424,19 @@ async def test_include_values_about_gateway_items_are_not_forwarded() -> None:
     service, upstream, _ = make_service([[message("x")]], [add_tool()])
     await service.create({**BODY, "include": ["file_search_call.results"]}, {})
     assert "include" not in upstream.requests[0]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_tool_fields_the_toolkit_calls_secret_are_never_echoed_nor_stored(
+    stream: bool,
+) -> None:
+    call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
+    service, _, store = make_service([[call], [message("2")]], [add_tool()])
+    body = {**BODY, "tools": [{"type": "fake", "token": "s3cret", "label": "x"}]}
+    final = assert_lifecycle(await run_stream(service, body)) if stream else None
+    if final is None:
+        final = await service.create(body, {})
+    assert final["tools"] == [{"type": "fake", "label": "x"}]
+    assert await service.get(final["id"]) == final
+    assert "s3cret" not in repr(store.responses) + repr(store.items)
+    assert body["tools"][0]["token"] == "s3cret"  # the request itself is not changed

@@ -17,7 +17,7 @@ from app.protocol.json_types import JsonObject
 from app.settings import Settings, load_settings
 from app.tools.hosted import HostedToolPolicy, HostedTools, is_hosted
 from app.tools.mcp import McpToolProvider
-from app.tools.registry import GatewayToolKit
+from app.tools.toolkit import GatewayToolKit
 from app.tools.web_search import WebSearchToolProvider
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, message
 from tests.tools.test_web_search import FakeSearch

@@ -12,21 +12,21 @@ import httpx
 import pytest
 
 from app.core.loop import LoopLimits
-from app.core.ports import GatewayCall
 from app.core.service import ResponsesService
+from app.core.tools import GatewayCall
 from app.errors import InvalidRequestError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import McpToolProvider
-from app.tools.registry import GatewayToolKit, NameTable
 from app.tools.search_providers import (
     SearchError,
     SearchLimits,
     SearchResult,
     SearxngSearchProvider,
 )
+from app.tools.toolkit import GatewayToolKit, NameTable
 from app.tools.web_search import (
     PRESENTATION,
     SearchRequest,

@@ -1,4 +1,4 @@
-"""The tool registry and the MCP provider against the real counter server."""
+"""The gateway's toolkit and the MCP provider against the real counter server."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from app.core.ports import GatewayCall, PreparedTools
+from app.core.tools import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
+from app.tools.file_search import FileSearchToolProvider
 from app.tools.mcp import (
     ConfiguredMcpServer,
     McpPolicy,
@@ -18,7 +19,8 @@ from app.tools.mcp import (
     lower_mcp_items,
 )
 from app.tools.mcp_client import McpServerSpec, McpSessionPool, McpToolInfo
-from app.tools.registry import MAX_NAME_LENGTH, GatewayToolKit, NameTable
+from app.tools.toolkit import MAX_NAME_LENGTH, GatewayToolKit, NameTable
+from app.tools.web_search import WebSearchToolProvider
 from tests.helpers import free_port
 from tests.mcp_servers.counter import stdio_command
 
@@ -353,3 +355,27 @@ async def test_server_description_reaches_the_model(counter_url: str) -> None:
     [function] = prepared.upstream_tools
     assert function["description"].startswith("Calculate the sum of two numbers")
     assert "Arithmetic helpers" in function["description"]
+
+
+# ----------------------------------------------------------------------------- declarations
+
+
+def test_the_kit_answers_from_its_providers_declarations() -> None:
+    kit = GatewayToolKit(
+        [McpToolProvider(), WebSearchToolProvider(None), FileSearchToolProvider(None)]
+    )
+    assert {kind.type: kind.id_prefix for kind in kit.item_kinds} == {
+        "mcp_call": "mcp",
+        "mcp_list_tools": "mcpl",
+        "mcp_approval_request": "mcpr",
+        "mcp_approval_response": None,
+        "web_search_call": "ws",
+        "file_search_call": "fs",
+    }
+    assert kit.include_values == {
+        "web_search_call.action.sources",
+        "web_search_call.results",
+        "file_search_call.results",
+    }
+    assert kit.secret_fields("mcp") == {"headers", "authorization"}
+    assert kit.secret_fields("web_search_preview") == kit.secret_fields("function") == frozenset()

@@ -1,13 +1,13 @@
-"""The per-request tool registry: which tools are the gateway's, under which upstream names.
+"""The gateway's toolkit: which of a request's tools are the gateway's, under which upstream names.
 
-``GatewayToolKit`` (the ``core.ports.ToolKit`` the service uses) dispatches each request tool
-to the ``ToolProvider`` of its ``type`` (``mcp``, ``web_search``, ``file_search``) and keeps
-``function`` tools, and any other client-run type (``custom``, ``namespace`` …), for the client.
-A hosted tool the gateway cannot run (no provider for its type, or a provider that is not
-available) is dropped, refused or forwarded as ``tools.hosted.HostedTools`` says.
-Providers turn their tools into ``function`` tools for the upstream (vLLM only speaks function
-calling), return one ``ToolExecutor`` per function name, and lower the gateway's own items in
-the history (``mcp_call`` …) back to ``function_call`` / ``function_call_output`` pairs.
+``GatewayToolKit`` (the ``core.tools.ToolKit`` the service uses) dispatches each request tool
+to the ``core.tools.ToolProvider`` whose ``spec`` declares its ``type`` and keeps ``function``
+tools, and any other client-run type (``custom``, ``namespace`` …), for the client. A hosted
+tool the gateway cannot run (no provider for its type, or a provider that is not available) is
+dropped, refused or forwarded as ``tools.hosted.HostedTools`` says. What the kernel asks of the
+tools (the ``include`` values they answer, their secret fields) and what ``app.main`` registers
+with the protocol (their item types and id prefixes) come from the providers' specs.
+``NameTable`` gives the tools collision-free upstream function names.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
-from app.core.ports import GatewayCall, PreludeItem, PreparedTools, ToolExecutor
+from app.core.tools import PreparedTools, ProviderTools, ToolExecutor, ToolProvider
 from app.errors import InvalidRequestError
+from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
 from app.tools.hosted import HostedToolPolicy, HostedTools, dropped_include, is_hosted
 
@@ -29,7 +29,7 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
 class NameTable:
-    """Collision-free upstream function names for gateway tools, and the way back."""
+    """Collision-free upstream function names for gateway tools (``core.tools.ToolNames``)."""
 
     def __init__(self, reserved: Sequence[str] = ()) -> None:
         self._taken: set[str] = set(reserved)
@@ -61,57 +61,6 @@ class NameTable:
         return name
 
 
-@dataclass(slots=True)
-class ProviderTools:
-    """What a provider contributes to one request."""
-
-    executors: dict[str, ToolExecutor] = field(default_factory=dict)
-    upstream_tools: list[JsonObject] = field(default_factory=list)
-    prelude: list[PreludeItem] = field(default_factory=list)
-    approved: list[tuple[GatewayCall, ToolExecutor]] = field(default_factory=list)
-    closers: list[Any] = field(default_factory=list)
-    annotators: list[Callable[[str], list[JsonObject]]] = field(default_factory=list)
-
-
-class ToolProvider(Protocol):
-    """The gateway side of one tool ``type`` (see the module docstring)."""
-
-    tool_types: frozenset[str]
-    item_types: frozenset[str]
-    namespace: str
-
-    def unavailable(self) -> str | None:
-        """Why this provider cannot run its tools on this gateway (e.g. no backend is
-        configured), or ``None`` when it can."""
-        ...
-
-    async def prepare(
-        self,
-        tools: list[tuple[int, JsonObject]],
-        history: list[JsonObject],
-        new_input: list[JsonObject],
-        names: NameTable,
-        request: JsonObject,
-    ) -> ProviderTools:
-        """Resolve this provider's request tools (``(index in tools, tool)``); ``request`` is
-        the whole request body (``include``, ``tool_choice`` …)."""
-        ...
-
-    def lower(self, items: list[JsonObject], names: NameTable) -> list[JsonObject]:
-        """``items`` with this provider's item types replaced by what the upstream reads."""
-        ...
-
-    def unknown_executor(self, name: str) -> ToolExecutor:
-        """The executor for a name in this provider's namespace that no tool serves."""
-        ...
-
-    def choice_names(
-        self, choice: JsonObject, executors: Mapping[str, ToolExecutor]
-    ) -> list[str] | None:
-        """The upstream names a ``tool_choice`` entry of this provider's type selects."""
-        ...
-
-
 class ExecutorTable(Mapping[str, ToolExecutor]):
     """The gateway's executors by upstream name; a name in a provider's namespace that no tool
     serves (the model invented it) gets that provider's error-answering executor."""
@@ -120,7 +69,7 @@ class ExecutorTable(Mapping[str, ToolExecutor]):
         self, executors: dict[str, ToolExecutor], providers: Sequence[ToolProvider]
     ) -> None:
         self._executors = executors
-        self._namespaces = {f"{p.namespace}__": p for p in providers}
+        self._namespaces = {f"{p.spec.namespace}__": p for p in providers}
 
     def __getitem__(self, name: str) -> ToolExecutor:
         executor = self._executors.get(name)
@@ -142,15 +91,29 @@ class ExecutorTable(Mapping[str, ToolExecutor]):
 
 
 class GatewayToolKit:
-    """``core.ports.ToolKit`` over a set of providers, one per gateway tool type."""
+    """``core.tools.ToolKit`` over a set of providers, one per gateway tool kind."""
 
     def __init__(
         self, providers: Sequence[ToolProvider], hosted: HostedTools | None = None
     ) -> None:
         self._providers = list(providers)
-        self._by_tool_type = {t: p for p in self._providers for t in p.tool_types}
-        self._item_types = frozenset(t for p in self._providers for t in p.item_types)
+        self._by_tool_type = {t: p for p in self._providers for t in p.spec.tool_types}
+        self._item_types = frozenset(t for p in self._providers for t in p.spec.item_types)
+        self._include = frozenset(v for p in self._providers for v in p.spec.include)
         self._hosted = hosted if hosted is not None else HostedTools()
+
+    @property
+    def include_values(self) -> frozenset[str]:
+        return self._include
+
+    def secret_fields(self, tool_type: str) -> frozenset[str]:
+        provider = self._by_tool_type.get(tool_type)
+        return provider.spec.secret_fields if provider is not None else frozenset()
+
+    @property
+    def item_kinds(self) -> tuple[ItemKind, ...]:
+        """The item types of every tool kind, for the protocol's registry."""
+        return tuple(kind for p in self._providers for kind in p.spec.items)
 
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
         tools = body.get("tools")
