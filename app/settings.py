@@ -18,7 +18,7 @@ from pydantic_settings import (
 from app.tools.hosted import HostedToolPolicy
 
 if TYPE_CHECKING:
-    from app.tools.mcp_client import McpServerSpec
+    from app.tools.mcp.client import McpServerSpec
 
 
 class McpServerConfig(BaseModel):
@@ -62,7 +62,7 @@ class McpServerConfig(BaseModel):
         Raises ValueError naming the environment variable that is not set.
         """
         # Imported here: the MCP SDK is heavy and most commands never build a spec.
-        from app.tools.mcp_client import McpServerSpec, transport_for_url
+        from app.tools.mcp.client import McpServerSpec, transport_for_url
 
         headers = dict(self.headers)
         for header, variable in self.headers_from_env.items():

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.tools.search_providers import (
+from app.tools.web_search.backend import (
     HttpSearchProvider,
     SearchError,
     SearchLimits,

@@ -21,7 +21,7 @@ import pytest
 from mcp import Client
 from mcp.server.lowlevel import Server
 
-from app.tools.mcp_client import (
+from app.tools.mcp.client import (
     McpCallOutcome,
     McpError,
     McpServerSpec,

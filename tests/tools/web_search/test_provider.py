@@ -19,15 +19,15 @@ from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
-from app.tools.mcp import McpToolProvider
+from app.tools.mcp.provider import McpToolProvider
 from app.tools.registry import GatewayToolKit, NameTable
-from app.tools.search_providers import (
+from app.tools.web_search.backend import (
     SearchError,
     SearchLimits,
     SearchResult,
     SearxngSearchProvider,
 )
-from app.tools.web_search import (
+from app.tools.web_search.provider import (
     PRESENTATION,
     SearchRequest,
     WebSearchExecutor,

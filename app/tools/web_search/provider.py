@@ -4,7 +4,7 @@
 only when the client has a function of that name), taking a ``query`` or several ``queries``
 (Qwen3.5 batches related queries in one call; gpt-oss sends one ``query``). Each call is a
 ``WebSearchExecutor`` run: the queries go to the configured ``SearchProvider``
-(``tools.search_providers``) concurrently, the model reads the numbered results (title, URL,
+(``tools.web_search.backend``) concurrently, the model reads the numbered results (title, URL,
 date, snippet, page text when pages are fetched), and the client sees a ``web_search_call``
 item (``response.web_search_call.in_progress`` / ``searching`` / ``completed``) whose
 ``action`` is OpenAI's ``{"type": "search", "query", "queries"?, "sources"?}``; ``sources``
@@ -34,7 +34,7 @@ from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResu
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.tools.registry import NameTable, ProviderTools
-from app.tools.search_providers import (
+from app.tools.web_search.backend import (
     SearchError,
     SearchProvider,
     SearchResult,

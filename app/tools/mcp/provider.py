@@ -27,7 +27,7 @@ from app.core.ports import CallPresentation, GatewayCall, PreludeItem, ToolExecu
 from app.errors import InvalidRequestError
 from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
 from app.protocol.json_types import JsonObject
-from app.tools.mcp_client import (
+from app.tools.mcp.client import (
     McpCallOutcome,
     McpError,
     McpServerSpec,
