@@ -34,8 +34,9 @@ from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
 from app.tools.file_search.provider import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
-from app.tools.mcp.client import McpSessionPool
-from app.tools.mcp.provider import ConfiguredMcpServer, McpPolicy, McpToolProvider
+from app.tools.mcp.pool import McpSessionPool
+from app.tools.mcp.provider import McpToolProvider
+from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy
 from app.tools.registry import GatewayToolKit
 from app.tools.web_search.backend import SearchLimits, create_search_provider
 from app.tools.web_search.provider import WebSearchToolProvider

@@ -16,7 +16,7 @@ iteration), each on one long-lived session opened before the measurement:
   session   ``app.tools.mcp.client.McpSession.call_tool`` (the gateway's session: the SDK
             client owned by a background task, each call in its own task, raced against that
             task, under ``asyncio.timeout``, with the HTTP status box)
-  executor  ``app.tools.mcp.provider.McpToolExecutor.run`` as the tool loop calls it, built by
+  executor  ``app.tools.mcp.executor.McpToolExecutor.run`` as the tool loop calls it, built by
             ``McpToolProvider.prepare`` from a request tool ``{"type": "mcp", "server_url": ...}``
             (argument parsing, session lookup, the ``mcp_call`` item and the model's text)
 
@@ -153,8 +153,9 @@ async def open_clients(url: str, which: list[str]) -> Any:
     from mcp import Client
 
     from app.core.ports import GatewayCall
-    from app.tools.mcp.client import McpServerSpec, McpSession
+    from app.tools.mcp.client import McpSession
     from app.tools.mcp.provider import McpToolProvider
+    from app.tools.mcp.spec import McpServerSpec
     from app.tools.registry import NameTable
 
     clients: dict[str, CallFn] = {}

@@ -10,14 +10,12 @@ import pytest
 from app.core.ports import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
-from app.tools.mcp.client import McpServerSpec, McpSessionPool, McpToolInfo
-from app.tools.mcp.provider import (
-    ConfiguredMcpServer,
-    McpPolicy,
-    McpToolProvider,
-    approval_required,
-    lower_mcp_items,
-)
+from app.tools.mcp.lowering import lower_mcp_items
+from app.tools.mcp.outcomes import McpToolInfo
+from app.tools.mcp.pool import McpSessionPool
+from app.tools.mcp.provider import McpToolProvider
+from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy, approval_required
+from app.tools.mcp.spec import McpServerSpec
 from app.tools.registry import MAX_NAME_LENGTH, GatewayToolKit, NameTable
 from tests.helpers import free_port
 from tests.mcp_servers.counter import stdio_command

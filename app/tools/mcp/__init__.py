@@ -1,5 +1,19 @@
 """The ``mcp`` tool kind: remote MCP tools run by the gateway.
 
-``provider`` is the tool provider and its executor; ``client`` the MCP client on the ``mcp``
-SDK (sessions, the session pool).
+The tool (the ``core.ports`` / ``tools.registry`` side):
+- ``provider``: ``McpToolProvider``, a request's ``{"type": "mcp"}`` tools as function tools;
+- ``servers``: the servers a request may reach (configured ones, ``McpPolicy`` for a
+  ``server_url``), one request's server, its ``require_approval`` policy;
+- ``listing``: the servers' tool listings and their ``mcp_list_tools`` items;
+- ``executor``: ``McpToolExecutor``, one call (``mcp_call`` / ``mcp_approval_request`` items);
+- ``approvals``: the client's approval answers as calls to run;
+- ``lowering``: MCP history items as the upstream reads them.
+
+The client, on the official ``mcp`` SDK (transports kept apart from the session):
+- ``spec``: ``McpServerSpec``, where and how to reach a server (no SDK import);
+- ``transport``: the SDK transport for a spec (stdio, SSE, streamable HTTP on httpx2);
+- ``client``: ``McpSession``, one connected server usable from any task;
+- ``pool``: ``McpSessionPool``, the configured servers' long-lived sessions;
+- ``errors``: ``McpError`` (OpenAI ``McpToolCallError`` objects) and the SDK failure mapping;
+- ``outcomes``: listed tools and call results.
 """

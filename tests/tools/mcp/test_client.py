@@ -21,16 +21,11 @@ import pytest
 from mcp import Client
 from mcp.server.lowlevel import Server
 
-from app.tools.mcp.client import (
-    McpCallOutcome,
-    McpError,
-    McpServerSpec,
-    McpSession,
-    McpSessionPool,
-    McpToolInfo,
-    outcome_from_result,
-    transport_for_url,
-)
+from app.tools.mcp.client import McpSession
+from app.tools.mcp.errors import McpError
+from app.tools.mcp.outcomes import McpCallOutcome, McpToolInfo, outcome_from_result
+from app.tools.mcp.pool import McpSessionPool
+from app.tools.mcp.spec import McpServerSpec, transport_for_url
 from tests.helpers import free_port, serve_in_thread
 from tests.mcp_servers.counter import ROOT, stdio_command
 
