@@ -38,8 +38,9 @@ from app.tools.mcp.pool import McpSessionPool
 from app.tools.mcp.provider import McpToolProvider
 from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy
 from app.tools.registry import GatewayToolKit
-from app.tools.web_search.backend import SearchLimits, create_search_provider
+from app.tools.web_search.backends import create_search_provider
 from app.tools.web_search.provider import WebSearchToolProvider
+from app.tools.web_search.results import SearchLimits
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
 from app.upstream.kinds import UpstreamSpec, create_upstream

@@ -21,23 +21,18 @@ from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp.provider import McpToolProvider
 from app.tools.registry import GatewayToolKit, NameTable
-from app.tools.web_search.backend import (
-    SearchError,
-    SearchLimits,
-    SearchResult,
-    SearxngSearchProvider,
-)
-from app.tools.web_search.provider import (
+from app.tools.web_search.citations import url_citations
+from app.tools.web_search.executor import (
     PRESENTATION,
     SearchRequest,
     WebSearchExecutor,
     WebSearchOptions,
-    WebSearchToolProvider,
     format_results,
-    lower_web_search_items,
     parse_arguments,
-    url_citations,
 )
+from app.tools.web_search.provider import WebSearchToolProvider, lower_web_search_items
+from app.tools.web_search.results import SearchError, SearchLimits, SearchResult
+from app.tools.web_search.searxng import SearxngSearchProvider
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.helpers import serve_in_thread
 from tests.lifecycle import assert_lifecycle
