@@ -20,7 +20,7 @@ from app.tools.mcp.provider import McpToolProvider
 from app.tools.registry import GatewayToolKit
 from app.tools.web_search.provider import WebSearchToolProvider
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, message
-from tests.tools.web_search.test_provider import FakeSearch
+from tests.tools.web_search.fakes import FakeSearch
 
 EXEC = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
 NAMESPACE = {

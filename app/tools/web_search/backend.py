@@ -101,6 +101,9 @@ class HttpSearchProvider(ABC):
             self._session = aiohttp.ClientSession(
                 headers={"User-Agent": USER_AGENT},
                 timeout=aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds),
+                # The proxy settings of the environment (HTTPS_PROXY …) apply, as they did when
+                # web search ran on httpx: the backends and the pages are on the internet.
+                trust_env=True,
             )
         return self._session
 
@@ -163,8 +166,11 @@ class HttpSearchProvider(ABC):
     async def _get(
         self, path: str, *, params: Mapping[str, str | int], headers: Mapping[str, str]
     ) -> BackendAnswer:
-        """``GET {base_url}{path}`` with ``params``."""
-        resp = await self.session().get(f"{self.base_url}{path}", params=params, headers=headers)
+        """``GET {base_url}{path}`` with ``params`` (redirects are not followed, as for every
+        request of a backend: an answer is the backend's own)."""
+        resp = await self.session().get(
+            f"{self.base_url}{path}", params=params, headers=headers, allow_redirects=False
+        )
         return await _read(resp)
 
     async def _post(
@@ -175,6 +181,7 @@ class HttpSearchProvider(ABC):
             f"{self.base_url}{path}",
             data=orjson.dumps(body),
             headers={"Content-Type": "application/json", **headers},
+            allow_redirects=False,
         )
         return await _read(resp)
 
