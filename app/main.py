@@ -32,8 +32,7 @@ from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
-from app.tools.file_search.executor import VectorStoreSearch
-from app.tools.file_search.provider import FileSearchToolProvider
+from app.tools.file_search.provider import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp.pool import McpSessionPool
 from app.tools.mcp.provider import McpToolProvider
