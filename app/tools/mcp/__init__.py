@@ -1,7 +1,8 @@
 """The ``mcp`` tool kind: remote MCP tools run by the gateway.
 
 The tool (the ``core.ports`` / ``tools.registry`` side):
-- ``provider``: ``McpToolProvider``, a request's ``{"type": "mcp"}`` tools as function tools;
+- ``provider``: ``McpToolProvider``, a request's ``{"type": "mcp"}`` tools (the servers they
+  name) as function tools;
 - ``servers``: the servers a request may reach (configured ones, ``McpPolicy`` for a
   ``server_url``), one request's server, its ``require_approval`` policy;
 - ``listing``: the servers' tool listings and their ``mcp_list_tools`` items;

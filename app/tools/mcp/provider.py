@@ -2,10 +2,11 @@
 
 ``McpToolProvider`` resolves a request's MCP servers (its ``server_url`` after the URL policy,
 or a server configured by the operator and named by ``server_label``), lists their tools once
-per request (not again when the history already holds an ``mcp_list_tools`` item for the same
-label and allowed tools), and serves each listed tool as an ``McpToolExecutor`` under the
-upstream name ``mcp__{server_label}__{tool}``. Calls appear to the client as ``mcp_call``
-items, or as ``mcp_approval_request`` items when ``require_approval`` says so.
+per request (``listing``: not again when the history already holds an ``mcp_list_tools`` item
+for the same label and allowed tools), and serves each listed tool as an ``McpToolExecutor``
+(``executor``) under the upstream name ``mcp__{server_label}__{tool}``. Calls appear to the
+client as ``mcp_call`` items, or as ``mcp_approval_request`` items when ``require_approval``
+says so; approved ones come back as calls to run (``approvals``).
 
 ``headers`` and ``authorization`` of a request tool go to the server and nowhere else: the
 stored response's tools do not carry them (``core.response``).
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from typing import Any
 
 from app.core.ports import ToolExecutor
 from app.errors import InvalidRequestError
@@ -25,12 +27,8 @@ from app.tools.mcp.listing import ToolListings
 from app.tools.mcp.lowering import lower_mcp_items
 from app.tools.mcp.outcomes import McpToolInfo
 from app.tools.mcp.pool import McpSessionPool
-from app.tools.mcp.servers import (
-    ConfiguredMcpServer,
-    McpPolicy,
-    RequestServer,
-    request_server,
-)
+from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy, RequestServer, ServerTerms
+from app.tools.mcp.spec import McpServerSpec, transport_for_url
 from app.tools.registry import NameTable, ProviderTools
 
 
@@ -69,9 +67,7 @@ class McpToolProvider:
         out = ProviderTools()
         servers: dict[str, RequestServer] = {}
         for index, tool in tools:
-            server = await request_server(
-                index, tool, policy=self.policy, configured=self.configured, pool=self.pool
-            )
+            server = await self._server_for(index, tool)
             if server.label in servers:
                 raise InvalidRequestError(
                     f"Duplicate MCP server_label '{server.label}'.",
@@ -107,6 +103,65 @@ class McpToolProvider:
         out.approved = approved_calls(history, new_input, servers, names)
         return out
 
+    async def _server_for(self, index: int, tool: JsonObject) -> RequestServer:
+        """The server of the request's ``tools[index]``: a configured one named by its label,
+        or the tool's ``server_url`` (checked against the policy) with its headers and
+        authorization. Raises ``InvalidRequestError`` naming the field at fault."""
+        label = tool.get("server_label")
+        if not isinstance(label, str) or not label:
+            raise InvalidRequestError(
+                f"Missing required parameter: 'tools[{index}].server_label'.",
+                param=f"tools[{index}].server_label",
+                code="missing_required_parameter",
+            )
+        allowed = _allowed_names(tool.get("allowed_tools"))
+        url = tool.get("server_url")
+        if url is None and tool.get("connector_id") is None and label in self.configured:
+            configured = self.configured[label]
+            terms = ServerTerms(
+                allowed_tools=allowed if allowed is not None else configured.allowed_tools,
+                require_approval=tool.get("require_approval", configured.require_approval),
+                description=tool.get("server_description") or configured.description,
+            )
+            return RequestServer(
+                label,
+                terms,
+                spec=None if self.pool is not None else configured.spec,
+                pool=self.pool,
+                connect_timeout=self.policy.connect_timeout,
+            )
+        if not isinstance(url, str) or not url:
+            raise InvalidRequestError(
+                f"MCP server '{label}' needs a 'server_url' (no server with this label is "
+                "configured on the gateway; connectors are not supported).",
+                param=f"tools[{index}].server_url",
+                code="missing_required_parameter",
+            )
+        reason = await self.policy.egress().refusal(url)
+        if reason is not None:
+            raise InvalidRequestError(
+                f"MCP server_url '{url}' is not allowed: {reason}",
+                param=f"tools[{index}].server_url",
+                code="invalid_value",
+            )
+        headers = {str(k): str(v) for k, v in (tool.get("headers") or {}).items() if v is not None}
+        authorization = tool.get("authorization")
+        if isinstance(authorization, str) and authorization:
+            headers["Authorization"] = (
+                authorization if " " in authorization else f"Bearer {authorization}"
+            )
+        spec = McpServerSpec(
+            label=label, url=url, transport=transport_for_url(url), headers=headers
+        )
+        terms = ServerTerms(
+            allowed_tools=allowed,
+            require_approval=tool.get("require_approval", "always"),
+            description=tool.get("server_description"),
+        )
+        return RequestServer(
+            label, terms, spec=spec, pool=None, connect_timeout=self.policy.connect_timeout
+        )
+
     # ------------------------------------------------------------------ registry hooks
 
     def unknown_executor(self, name: str) -> ToolExecutor:
@@ -138,3 +193,12 @@ def _describe(info: McpToolInfo, server: RequestServer) -> str:
     if server.description:
         text = f"{text}\n\n(MCP server '{server.label}': {server.description})".strip()
     return text
+
+
+def _allowed_names(value: Any) -> list[str] | None:
+    """``allowed_tools`` as a list of names (``["a"]`` or ``{"tool_names": ["a"]}``)."""
+    if isinstance(value, list):
+        return [str(v) for v in value]
+    if isinstance(value, dict) and isinstance(value.get("tool_names"), list):
+        return [str(v) for v in value["tool_names"]]
+    return None

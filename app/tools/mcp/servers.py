@@ -2,28 +2,22 @@
 
 ``ConfiguredMcpServer`` is a server the operator configured (clients name it by its label),
 ``McpPolicy`` the rules for a request's own ``server_url`` (the egress policy, the timeouts).
-``request_server`` turns one ``{"type": "mcp"}`` request tool into a ``RequestServer``: its
-session (opened once, lazily, or taken from the pool of configured servers), the tools it may
-use and its ``require_approval`` policy (``approval_required``).
-
-``headers`` and ``authorization`` of a request tool go to the server and nowhere else: the
-stored response's tools do not carry them (``core.response``).
+A ``RequestServer`` is one server of one request (the provider makes them from the request's
+tools): its session (opened once, lazily, or taken from the pool of configured servers), the
+tools it may use and its ``require_approval`` policy (``approval_required``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.errors import InvalidRequestError
 from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
-from app.protocol.json_types import JsonObject
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.outcomes import McpToolInfo
 from app.tools.mcp.pool import McpSessionPool
-from app.tools.mcp.spec import McpServerSpec, transport_for_url
+from app.tools.mcp.spec import McpServerSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,75 +139,3 @@ def _filter_matches(spec: Any, name: str, tool: McpToolInfo | None) -> bool:
         hints = tool.annotations or {}
         return bool(hints.get("readOnlyHint", hints.get("read_only", False))) == read_only
     return False
-
-
-async def request_server(
-    index: int,
-    tool: JsonObject,
-    *,
-    policy: McpPolicy,
-    configured: Mapping[str, ConfiguredMcpServer],
-    pool: McpSessionPool | None,
-) -> RequestServer:
-    """The server of the request's ``tools[index]``: a configured one named by its label, or
-    the tool's ``server_url`` (checked against ``policy``) with its headers and authorization.
-    Raises ``InvalidRequestError`` naming the field at fault."""
-    label = tool.get("server_label")
-    if not isinstance(label, str) or not label:
-        raise InvalidRequestError(
-            f"Missing required parameter: 'tools[{index}].server_label'.",
-            param=f"tools[{index}].server_label",
-            code="missing_required_parameter",
-        )
-    allowed = _allowed_names(tool.get("allowed_tools"))
-    url = tool.get("server_url")
-    if url is None and tool.get("connector_id") is None and label in configured:
-        server = configured[label]
-        terms = ServerTerms(
-            allowed_tools=allowed if allowed is not None else server.allowed_tools,
-            require_approval=tool.get("require_approval", server.require_approval),
-            description=tool.get("server_description") or server.description,
-        )
-        return RequestServer(
-            label,
-            terms,
-            spec=None if pool is not None else server.spec,
-            pool=pool,
-            connect_timeout=policy.connect_timeout,
-        )
-    if not isinstance(url, str) or not url:
-        raise InvalidRequestError(
-            f"MCP server '{label}' needs a 'server_url' (no server with this label is "
-            "configured on the gateway; connectors are not supported).",
-            param=f"tools[{index}].server_url",
-            code="missing_required_parameter",
-        )
-    reason = await policy.egress().refusal(url)
-    if reason is not None:
-        raise InvalidRequestError(
-            f"MCP server_url '{url}' is not allowed: {reason}",
-            param=f"tools[{index}].server_url",
-            code="invalid_value",
-        )
-    headers = {str(k): str(v) for k, v in (tool.get("headers") or {}).items() if v is not None}
-    authorization = tool.get("authorization")
-    if isinstance(authorization, str) and authorization:
-        headers["Authorization"] = (
-            authorization if " " in authorization else f"Bearer {authorization}"
-        )
-    spec = McpServerSpec(label=label, url=url, transport=transport_for_url(url), headers=headers)
-    terms = ServerTerms(
-        allowed_tools=allowed,
-        require_approval=tool.get("require_approval", "always"),
-        description=tool.get("server_description"),
-    )
-    return RequestServer(label, terms, spec=spec, pool=None, connect_timeout=policy.connect_timeout)
-
-
-def _allowed_names(value: Any) -> list[str] | None:
-    """``allowed_tools`` as a list of names (``["a"]`` or ``{"tool_names": ["a"]}``)."""
-    if isinstance(value, list):
-        return [str(v) for v in value]
-    if isinstance(value, dict) and isinstance(value.get("tool_names"), list):
-        return [str(v) for v in value["tool_names"]]
-    return None

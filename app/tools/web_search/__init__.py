@@ -3,7 +3,8 @@
 The tool (the ``core.ports`` / ``tools.registry`` side):
 - ``provider``: ``WebSearchToolProvider``, a request's web search tools as one function tool,
   and the lowering of ``web_search_call`` history items;
-- ``executor``: ``WebSearchExecutor``, one call (its queries, the results the model reads);
+- ``executor``: ``WebSearchExecutor``, one call (its searches, the results the model reads);
+- ``arguments``: a call's queries;
 - ``citations``: ``url_citation`` annotations of an answer that cites the results.
 
 The search backends, on aiohttp (``app.net.http``):

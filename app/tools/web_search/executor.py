@@ -13,11 +13,10 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-import orjson
-
 from app.core.ids import new_id
 from app.core.ports import CallPresentation, GatewayCall, ToolResult
 from app.protocol.json_types import JsonObject
+from app.tools.web_search.arguments import lenient, parse_arguments
 from app.tools.web_search.citations import FoundSources
 from app.tools.web_search.results import SearchError, SearchProvider, SearchResult, truncate
 
@@ -36,59 +35,6 @@ PRESENTATION = CallPresentation(
     completed_event="response.web_search_call.completed",
     failed_event="response.web_search_call.completed",
 )
-
-
-# ----------------------------------------------------------------------------- arguments
-
-
-@dataclass(frozen=True, slots=True)
-class SearchRequest:
-    """The queries of one call; ``batched`` when the model passed ``queries``."""
-
-    queries: list[str]
-    batched: bool
-
-    def action(self) -> JsonObject:
-        action: JsonObject = {"type": "search", "query": self.queries[0] if self.queries else ""}
-        if self.batched:
-            action["queries"] = list(self.queries)
-        return action
-
-
-def parse_arguments(arguments: str) -> SearchRequest:
-    """The call's queries (``query`` first, then ``queries``, duplicates dropped); raises
-    ``ValueError`` when there is none."""
-    try:
-        value = orjson.loads(arguments) if arguments.strip() else {}
-    except orjson.JSONDecodeError:
-        # A model that sent the bare query instead of JSON.
-        value = {"query": arguments.strip()}
-    if isinstance(value, str):
-        value = {"query": value}
-    if not isinstance(value, dict):
-        raise ValueError("the arguments must be a JSON object with 'query' or 'queries'")
-    found: list[str] = []
-    single = value.get("query")
-    if isinstance(single, str) and single.strip():
-        found.append(single.strip())
-    many = value.get("queries")
-    batched = isinstance(many, list)
-    if isinstance(many, str):
-        many = [many]
-        batched = True
-    for entry in many if isinstance(many, list) else []:
-        if isinstance(entry, str) and entry.strip() and entry.strip() not in found:
-            found.append(entry.strip())
-    if not found:
-        raise ValueError("give a non-empty 'query' (or 'queries')")
-    return SearchRequest(found, batched)
-
-
-def _lenient(arguments: str) -> SearchRequest:
-    try:
-        return parse_arguments(arguments)
-    except ValueError:
-        return SearchRequest([], False)
 
 
 # ----------------------------------------------------------------------------- results
@@ -182,7 +128,7 @@ class WebSearchExecutor:
         }
 
     def open_item(self, call: GatewayCall) -> JsonObject:
-        request = _lenient(call.arguments)
+        request = lenient(call.arguments)
         action = request.action() if request.queries else {"type": "search"}
         return self._item(call, action, "in_progress")
 
@@ -190,7 +136,7 @@ class WebSearchExecutor:
         return None  # web search runs without approval
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
-        action = _lenient(call.arguments).action()
+        action = lenient(call.arguments).action()
         if self.options.include_sources:
             action["sources"] = []
         return ToolResult(

@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from app.core.ports import GatewayCall
+from app.tools.web_search.arguments import SearchRequest, parse_arguments
 from app.tools.web_search.executor import (
     PRESENTATION,
-    SearchRequest,
     WebSearchExecutor,
     WebSearchOptions,
     format_results,
-    parse_arguments,
 )
 from app.tools.web_search.provider import WebSearchToolProvider
 from app.tools.web_search.results import SearchError, SearchResult
