@@ -34,13 +34,15 @@ from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
-from app.tools.file_search import FileSearchToolProvider, VectorStoreSearch
+from app.tools.file_search.provider import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
-from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider
-from app.tools.mcp_client import McpSessionPool
-from app.tools.search_providers import SearchLimits, create_search_provider
+from app.tools.mcp.pool import McpSessionPool
+from app.tools.mcp.provider import McpToolProvider
+from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy
 from app.tools.toolkit import GatewayToolKit
-from app.tools.web_search import WebSearchToolProvider
+from app.tools.web_search.backends import create_search_provider
+from app.tools.web_search.provider import WebSearchToolProvider
+from app.tools.web_search.results import SearchLimits
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
 from app.upstream.kinds import UpstreamSpec, create_upstream

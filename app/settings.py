@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -16,9 +16,7 @@ from pydantic_settings import (
 )
 
 from app.tools.hosted import HostedToolPolicy
-
-if TYPE_CHECKING:
-    from app.tools.mcp_client import McpServerSpec
+from app.tools.mcp.spec import McpServerSpec, transport_for_url
 
 
 class McpServerConfig(BaseModel):
@@ -61,9 +59,6 @@ class McpServerConfig(BaseModel):
 
         Raises ValueError naming the environment variable that is not set.
         """
-        # Imported here: the MCP SDK is heavy and most commands never build a spec.
-        from app.tools.mcp_client import McpServerSpec, transport_for_url
-
         headers = dict(self.headers)
         for header, variable in self.headers_from_env.items():
             value = environ.get(variable)

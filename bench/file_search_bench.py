@@ -481,7 +481,7 @@ def services(setup: Setup) -> dict[str, Any]:
     from app.core.loop import LoopLimits
     from app.core.observe import ToolEvents
     from app.core.service import ResponsesService
-    from app.tools.file_search import FileSearchToolProvider
+    from app.tools.file_search.provider import FileSearchToolProvider
     from app.tools.toolkit import GatewayToolKit
     from tests.fakes import MemoryResponseStore
 

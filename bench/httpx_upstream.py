@@ -14,7 +14,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Mapping
 import httpx
 import orjson
 
-from app.core.ports import JsonObject, RawReply, SingleResponseStream
+from app.core.ports import RawReply, SingleResponseStream
 from app.errors import (
     UpstreamError,
     UpstreamHTTPError,
@@ -22,7 +22,9 @@ from app.errors import (
     UpstreamTimeoutError,
     UpstreamUnreachableError,
 )
-from app.upstream.http import decode_json_object as decode_response, error_envelope
+from app.protocol.json_types import JsonObject
+from app.upstream.http import decode_json_object as decode_response
+from app.upstream.http import error_envelope
 from app.upstream.sse import parse_sse_lines
 
 try:  # the aiohttp adapter's own line splitter, where this version of the app has one

@@ -184,7 +184,7 @@ class InstantTool:
     FakeTool without its bookkeeping)."""
 
     def __init__(self, tool: str = "add") -> None:
-        from app.tools.mcp import PRESENTATION
+        from app.tools.mcp.executor import PRESENTATION
 
         self.tool = tool
         self.presentation = PRESENTATION
@@ -243,7 +243,7 @@ class InstantToolKit:
         self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
     ) -> Any:
         from app.core.tools import PreparedTools
-        from app.tools.mcp import lower_mcp_items
+        from app.tools.mcp.lowering import lower_mcp_items
         from app.tools.toolkit import NameTable
 
         functions = [
@@ -406,8 +406,10 @@ async def inproc_mcp(
 
     from app.core.loop import LoopLimits
     from app.core.service import ResponsesService
-    from app.tools.mcp import ConfiguredMcpServer, McpToolProvider
-    from app.tools.mcp_client import McpServerSpec, McpSessionPool
+    from app.tools.mcp.pool import McpSessionPool
+    from app.tools.mcp.provider import McpToolProvider
+    from app.tools.mcp.servers import ConfiguredMcpServer
+    from app.tools.mcp.spec import McpServerSpec
     from app.tools.toolkit import GatewayToolKit
     from tests.fakes import MemoryResponseStore
 

@@ -13,10 +13,10 @@ iteration), each on one long-lived session opened before the measurement:
 
   sdk       ``mcp.Client(url, mode="legacy")``, entered once, ``client.call_tool("sum", ...)``:
             the floor, the SDK with nothing around it
-  session   ``app.tools.mcp_client.McpSession.call_tool`` (the gateway's session: the SDK
+  session   ``app.tools.mcp.client.McpSession.call_tool`` (the gateway's session: the SDK
             client owned by a background task, each call in its own task, raced against that
             task, under ``asyncio.timeout``, with the HTTP status box)
-  executor  ``app.tools.mcp.McpToolExecutor.run`` as the tool loop calls it, built by
+  executor  ``app.tools.mcp.executor.McpToolExecutor.run`` as the tool loop calls it, built by
             ``McpToolProvider.prepare`` from a request tool ``{"type": "mcp", "server_url": ...}``
             (argument parsing, session lookup, the ``mcp_call`` item and the model's text)
 
@@ -153,8 +153,9 @@ async def open_clients(url: str, which: list[str]) -> Any:
     from mcp import Client
 
     from app.core.tools import GatewayCall
-    from app.tools.mcp import McpToolProvider
-    from app.tools.mcp_client import McpServerSpec, McpSession
+    from app.tools.mcp.client import McpSession
+    from app.tools.mcp.provider import McpToolProvider
+    from app.tools.mcp.spec import McpServerSpec
     from app.tools.toolkit import NameTable
 
     clients: dict[str, CallFn] = {}

@@ -15,7 +15,7 @@ import ipaddress
 import pytest
 
 from app.net.egress import METADATA_AND_LINK_LOCAL, PUBLIC_ONLY, AddressClass, EgressPolicy
-from app.tools.mcp import McpPolicy
+from app.tools.mcp.servers import McpPolicy
 
 
 async def check(

@@ -49,7 +49,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from app.recording.cassette import dump_cassette_text, parse_cassette  # noqa: E402
-from app.tools.mcp_client import McpServerSpec, McpSession  # noqa: E402
+from app.tools.mcp.client import McpSession  # noqa: E402
+from app.tools.mcp.spec import McpServerSpec  # noqa: E402
 from tests.e2e import tool_loop_cases as cases  # noqa: E402
 from tests.mcp_servers.counter import serve_counter  # noqa: E402
 from tests.mcp_servers.everything import serve_everything  # noqa: E402

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from app.main import register_tool_kinds
-from app.tools.file_search import FileSearchToolProvider
-from app.tools.mcp import McpToolProvider
+from app.tools.file_search.provider import FileSearchToolProvider
+from app.tools.mcp.provider import McpToolProvider
 from app.tools.toolkit import GatewayToolKit
-from app.tools.web_search import WebSearchToolProvider
+from app.tools.web_search.provider import WebSearchToolProvider
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -15,7 +15,8 @@ from app.core.service import ResponsesService
 from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
-from app.tools.mcp import PRESENTATION, lower_mcp_items
+from app.tools.mcp.executor import PRESENTATION
+from app.tools.mcp.lowering import lower_mcp_items
 from app.tools.toolkit import NameTable
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.lifecycle import assert_lifecycle

@@ -16,11 +16,11 @@ from app.main import build_upstream, hosted_tools
 from app.protocol.json_types import JsonObject
 from app.settings import Settings, load_settings
 from app.tools.hosted import HostedToolPolicy, HostedTools, is_hosted
-from app.tools.mcp import McpToolProvider
+from app.tools.mcp.provider import McpToolProvider
 from app.tools.toolkit import GatewayToolKit
-from app.tools.web_search import WebSearchToolProvider
+from app.tools.web_search.provider import WebSearchToolProvider
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, message
-from tests.tools.test_web_search import FakeSearch
+from tests.tools.web_search.fakes import FakeSearch
 
 EXEC = {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}
 NAMESPACE = {

@@ -10,17 +10,15 @@ import pytest
 from app.core.tools import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
-from app.tools.file_search import FileSearchToolProvider
-from app.tools.mcp import (
-    ConfiguredMcpServer,
-    McpPolicy,
-    McpToolProvider,
-    approval_required,
-    lower_mcp_items,
-)
-from app.tools.mcp_client import McpServerSpec, McpSessionPool, McpToolInfo
+from app.tools.file_search.provider import FileSearchToolProvider
+from app.tools.mcp.lowering import lower_mcp_items
+from app.tools.mcp.outcomes import McpToolInfo
+from app.tools.mcp.pool import McpSessionPool
+from app.tools.mcp.provider import McpToolProvider
+from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy, approval_required
+from app.tools.mcp.spec import McpServerSpec
 from app.tools.toolkit import MAX_NAME_LENGTH, GatewayToolKit, NameTable
-from app.tools.web_search import WebSearchToolProvider
+from app.tools.web_search.provider import WebSearchToolProvider
 from tests.helpers import free_port
 from tests.mcp_servers.counter import stdio_command
 

@@ -11,7 +11,7 @@ from app.core.files import MissingObjectError
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.json_types import JsonObject
-from app.tools.file_search import FileSearchToolProvider, format_results
+from app.tools.file_search.provider import FileSearchToolProvider, format_results
 from app.tools.toolkit import GatewayToolKit
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.lifecycle import assert_lifecycle

@@ -10,16 +10,15 @@ from typing import Any
 import httpx
 import pytest
 
-from app.tools.search_providers import (
-    HttpSearchProvider,
+from app.tools.web_search.backend import HttpSearchProvider
+from app.tools.web_search.backends import create_search_provider
+from app.tools.web_search.domains import domain_allowed, normalize_domains
+from app.tools.web_search.pages import readable_text
+from app.tools.web_search.results import (
     SearchError,
     SearchLimits,
     SearchResult,
-    create_search_provider,
-    domain_allowed,
-    normalize_domains,
     plain_text,
-    readable_text,
     truncate,
 )
 from tests.helpers import free_port
@@ -237,7 +236,8 @@ async def test_an_unreachable_backend_is_a_search_error() -> None:
         "brave", base_url=f"http://127.0.0.1:{free_port()}", api_key="k"
     )
     try:
-        with pytest.raises(SearchError, match="Brave Search could not be reached: ConnectError"):
+        unreachable = "Brave Search could not be reached: ClientConnectorError"
+        with pytest.raises(SearchError, match=unreachable):
             await search(provider, "potato")
     finally:
         await provider.aclose()

@@ -3,7 +3,6 @@ scripted upstream and either a local SearXNG-format server or a hand-written sea
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -13,93 +12,21 @@ import pytest
 
 from app.core.loop import LoopLimits
 from app.core.service import ResponsesService
-from app.core.tools import GatewayCall
 from app.errors import InvalidRequestError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
-from app.tools.mcp import McpToolProvider
-from app.tools.search_providers import (
-    SearchError,
-    SearchLimits,
-    SearchResult,
-    SearxngSearchProvider,
-)
+from app.tools.mcp.provider import McpToolProvider
 from app.tools.toolkit import GatewayToolKit, NameTable
-from app.tools.web_search import (
-    PRESENTATION,
-    SearchRequest,
-    WebSearchExecutor,
-    WebSearchOptions,
-    WebSearchToolProvider,
-    format_results,
-    lower_web_search_items,
-    parse_arguments,
-    url_citations,
-)
+from app.tools.web_search.provider import WebSearchToolProvider, lower_web_search_items
+from app.tools.web_search.results import SearchError, SearchLimits
+from app.tools.web_search.searxng import SearxngSearchProvider
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.helpers import serve_in_thread
 from tests.lifecycle import assert_lifecycle
 from tests.search_servers import SearchServer, serve_search
-
-WIKI = SearchResult(
-    "Potato - Wikipedia",
-    "https://en.wikipedia.org/wiki/Potato",
-    "The potato is a starchy tuberous vegetable native to the Americas.",
-)
-GOODNESS = SearchResult(
-    "Potato Nutrition Facts",
-    "https://potatogoodness.com/nutrition/",
-    "A medium potato has 110 calories.",
-    published="2025-03-01",
-)
-TOMATO = SearchResult(
-    "Tomatoes: Nutrition Facts",
-    "https://www.healthline.com/nutrition/tomatoes",
-    "Tomatoes are rich in lycopene.",
-)
-
-
-class FakeSearch:
-    """A ``SearchProvider`` answering from a table (an exception raises), recording calls."""
-
-    name = "fake"
-
-    def __init__(
-        self, answers: dict[str, list[SearchResult] | Exception] | None = None, delay: float = 0
-    ) -> None:
-        self.answers = answers if answers is not None else {"potato": [WIKI, GOODNESS]}
-        self.delay = delay
-        self.calls: list[JsonObject] = []
-
-    async def search(
-        self,
-        query: str,
-        *,
-        max_results: int,
-        allowed_domains: list[str] | None,
-        user_location: JsonObject | None,
-        context_size: str | None,
-    ) -> list[SearchResult]:
-        self.calls.append(
-            {
-                "query": query,
-                "max_results": max_results,
-                "allowed_domains": allowed_domains,
-                "user_location": user_location,
-                "context_size": context_size,
-            }
-        )
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        answer = self.answers.get(query, [])
-        if isinstance(answer, Exception):
-            raise answer
-        return answer[:max_results]
-
-    async def aclose(self) -> None:
-        return None
+from tests.tools.web_search.fakes import GOODNESS, TOMATO, WIKI, FakeSearch
 
 
 def make_service(
@@ -514,67 +441,7 @@ async def test_a_searxng_backend_that_fails(searxng: SearchServer) -> None:
     )
 
 
-# ----------------------------------------------------------------------------- pieces
-
-
-def test_arguments() -> None:
-    assert parse_arguments('{"query": " potato "}') == SearchRequest(["potato"], False)
-    assert parse_arguments('{"queries": ["a", "b", "a", ""]}') == SearchRequest(["a", "b"], True)
-    assert parse_arguments('{"query": "a", "queries": ["b", "a"]}') == SearchRequest(
-        ["a", "b"], True
-    )
-    assert parse_arguments('{"queries": "a"}') == SearchRequest(["a"], True)
-    assert parse_arguments("potato prices") == SearchRequest(["potato prices"], False)
-    assert parse_arguments('"potato"') == SearchRequest(["potato"], False)
-    with pytest.raises(ValueError):
-        parse_arguments('{"query": ""}')
-    assert SearchRequest(["a", "b"], True).action() == {
-        "type": "search",
-        "query": "a",
-        "queries": ["a", "b"],
-    }
-
-
-async def test_the_executor_alone() -> None:
-    executor = WebSearchExecutor(FakeSearch(), WebSearchOptions(include_sources=True))
-    assert executor.presentation is PRESENTATION
-    call = GatewayCall(item_id="", call_id="c", name="web_search", arguments="", output_index=0)
-    assert executor.open_item(call)["action"] == {"type": "search"}
-    assert executor.approval_item(call) is None
-    call.item_id = "ws_1"
-    call.arguments = '{"query": "potato"}'
-    assert executor.open_item(call) == {
-        "id": "ws_1",
-        "type": "web_search_call",
-        "status": "in_progress",
-        "action": {"type": "search", "query": "potato"},
-    }
-    result = await executor.run(call, timeout=5)
-    assert result.ok and result.item["status"] == "completed"
-    assert result.preview == "2 results for potato"
-    assert executor.found == [WIKI, GOODNESS]
-    cut = executor.error_result(call, "stopped", status="incomplete")
-    assert cut.item["status"] == "incomplete" and cut.model_output == "Error: stopped"
-    unknown = WebSearchToolProvider(FakeSearch()).unknown_executor("web_search__other")
-    failed = await unknown.run(call, timeout=5)
-    assert not failed.ok and "not available" in failed.model_output
-
-
-def test_results_text_for_the_model() -> None:
-    page = SearchResult("P", "https://p.example/", "s " * 400, page_text="Full text.")
-    text = format_results(
-        [("a", [page]), ("b", []), ("c", SearchError("boom")), ("d", [page])],
-        context_size="low",
-        dropped=2,
-    )
-    assert text.startswith('Results for "a":\n\n[1] P\nURL: https://p.example/\n')
-    assert "Page text:\nFull text." in text
-    assert len(text.split("\n")[4]) <= 300  # the snippet, cut for a low context size
-    assert 'No results for "b".' in text
-    assert 'The search for "c" failed: boom' in text
-    assert 'The results for "d" are the ones listed above.' in text
-    assert "(Only the first 5 queries were run; 2 skipped.)" in text
-    assert format_results([("x", [])], context_size="medium") == 'No results for "x".'
+# ----------------------------------------------------------------------------- lowering
 
 
 def test_lowering_history_items() -> None:
@@ -607,72 +474,3 @@ def test_lowering_history_items() -> None:
     names = NameTable(["web_search"])
     assert provider.lower(items, names)[1]["name"] == "web_search_2"
     assert provider.lower(items[:1], NameTable()) == items[:1]
-
-
-# ----------------------------------------------------------------------------- citations
-
-SOURCES = [
-    WIKI,
-    SearchResult(
-        "Spud (disambiguation)", "https://en.wikipedia.org/wiki/Spud_(disambiguation)", ""
-    ),
-    SearchResult("", "https://potatoesusa.com/", ""),
-]
-
-
-def spans(text: str, citations: list[JsonObject]) -> list[tuple[str, str]]:
-    return [(text[c["start_index"] : c["end_index"]], c["url"]) for c in citations]
-
-
-def test_url_citations_of_bare_urls() -> None:
-    text = (
-        f"Read {WIKI.url}. Also https://potatoesusa.com, and again {WIKI.url}/ "
-        "and https://en.wikipedia.org/wiki/Potatoes (not a source)."
-    )
-    citations = url_citations(text, SOURCES)
-    assert spans(text, citations) == [
-        (WIKI.url, WIKI.url),
-        ("https://potatoesusa.com", "https://potatoesusa.com/"),
-        (f"{WIKI.url}/", WIKI.url),
-    ]
-    assert citations[0] == {
-        "type": "url_citation",
-        "start_index": 5,
-        "end_index": 5 + len(WIKI.url),
-        "url": WIKI.url,
-        "title": "Potato - Wikipedia",
-    }
-    assert citations[1]["title"] == "https://potatoesusa.com/"  # a source without a title
-
-
-def test_url_citations_of_markdown_links() -> None:
-    spud = "https://en.wikipedia.org/wiki/Spud_(disambiguation)"
-    text = (
-        f"**Potatoes** ([Wikipedia]({WIKI.url})) and [spuds]({spud}); "
-        f"also [USA](<https://potatoesusa.com/>), [elsewhere](https://example.com/{WIKI.url})."
-    )
-    citations = url_citations(text, SOURCES)
-    assert spans(text, citations) == [
-        (f"[Wikipedia]({WIKI.url})", WIKI.url),
-        (f"[spuds]({spud})", spud),
-        ("[USA](<https://potatoesusa.com/>)", "https://potatoesusa.com/"),
-    ]
-    assert [c["title"] for c in citations] == [
-        "Potato - Wikipedia",
-        "Spud (disambiguation)",
-        "USA",  # the link's text when the source has no title
-    ]
-    bare = f"See {spud}."
-    assert spans(bare, url_citations(bare, SOURCES)) == [(spud, spud)]
-
-
-def test_url_citations_need_a_matching_source() -> None:
-    assert url_citations("no links here", SOURCES) == []
-    assert url_citations(f"{WIKI.url}", []) == []
-    text = "https://en.wikipedia.org/wiki/Potato_salad and http://EN.wikipedia.org/wiki/Potato#x"
-    assert spans(text, url_citations(text, SOURCES)) == [
-        ("http://EN.wikipedia.org/wiki/Potato#x", WIKI.url)
-    ]
-    unicode = f"Ünïcode first — {WIKI.url}"
-    [citation] = url_citations(unicode, SOURCES)
-    assert unicode[citation["start_index"] : citation["end_index"]] == WIKI.url

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,51 +21,19 @@ import pytest
 from mcp import Client
 from mcp.server.lowlevel import Server
 
-from app.tools.mcp_client import (
-    McpCallOutcome,
-    McpError,
-    McpServerSpec,
-    McpSession,
-    McpSessionPool,
-    McpToolInfo,
-    outcome_from_result,
-    transport_for_url,
-)
+from app.tools.mcp.client import McpSession
+from app.tools.mcp.errors import McpError
+from app.tools.mcp.outcomes import McpCallOutcome
+from app.tools.mcp.spec import McpServerSpec, transport_for_url
 from tests.helpers import free_port, serve_in_thread
 from tests.mcp_servers.counter import ROOT, stdio_command
+from tests.tools.mcp.helpers import TIMEOUT, counter_spec, leftover_session_tasks, opened
 
-TIMEOUT = 10.0
 COUNTER_TOOLS = {"sum", "echo", "say_hello", "sleep", "fail", "whoami", "total", "describe"}
 
 
 def base_of(url: str) -> str:
     return url.rsplit("/", 1)[0]
-
-
-def counter_spec(transport: str, url: str | None = None, **extra: Any) -> McpServerSpec:
-    if transport == "stdio":
-        argv, env = stdio_command()
-        return McpServerSpec("counter", transport="stdio", command=argv, env=env, **extra)
-    assert url is not None
-    return McpServerSpec("counter", url=url, transport=transport_for_url(url), **extra)
-
-
-@contextlib.asynccontextmanager
-async def opened(spec: McpServerSpec) -> AsyncIterator[McpSession]:
-    session = await McpSession.open(spec, connect_timeout=TIMEOUT)
-    try:
-        yield session
-    finally:
-        await session.aclose()
-
-
-def leftover_session_tasks() -> list[str]:
-    current = asyncio.current_task()
-    return [
-        task.get_name()
-        for task in asyncio.all_tasks()
-        if task is not current and task.get_name().startswith("mcp-")
-    ]
 
 
 @pytest.fixture(params=["streamable_http", "sse", "stdio"])
@@ -197,20 +165,6 @@ async def test_list_tools_reads_every_page(paged_url: str) -> None:
     assert [tool.name for tool in tools] == ["p0_0", "p0_1", "p1_0", "p1_1", "p2_0", "p2_1"]
 
 
-def test_tool_info_keeps_annotations_as_sent() -> None:
-    tool = mcp_types.Tool.model_validate(
-        {
-            "name": "search",
-            "inputSchema": {"type": "object", "properties": {}},
-            "annotations": {"readOnlyHint": True, "title": None, "openWorldHint": False},
-        }
-    )
-    info = McpToolInfo.from_tool(tool)
-    assert info.annotations == {"readOnlyHint": True, "openWorldHint": False}
-    assert info.description is None
-    assert info.to_item_tool()["annotations"] == {"readOnlyHint": True, "openWorldHint": False}
-
-
 # --- call results -------------------------------------------------------------------------------
 
 
@@ -235,57 +189,6 @@ async def test_unknown_tool_and_invalid_arguments_are_errors(counter_url: str) -
         assert outcome.error["type"] == "mcp_tool_execution_error"
     assert unknown.error is not None
     assert "no_such_tool" in unknown.error["content"][0]["text"]
-
-
-def test_outcome_from_result_joins_blocks() -> None:
-    result = mcp_types.CallToolResult.model_validate(
-        {
-            "content": [
-                {"type": "text", "text": "first"},
-                {"type": "image", "data": "aGk=", "mimeType": "image/png"},
-                {"type": "text", "text": "last"},
-            ]
-        }
-    )
-    outcome = outcome_from_result(result)
-    assert outcome.error is None
-    assert outcome.output is not None
-    first, image, last = outcome.output.split("\n")
-    assert (first, last) == ("first", "last")
-    assert json.loads(image) == {"type": "image", "data": "aGk=", "mimeType": "image/png"}
-
-
-def test_outcome_from_result_structured_only_and_empty() -> None:
-    structured = mcp_types.CallToolResult.model_validate(
-        {"content": [], "structuredContent": {"temperature": 21.5, "unit": "C"}}
-    )
-    output = outcome_from_result(structured).output
-    assert output is not None
-    assert json.loads(output) == {"temperature": 21.5, "unit": "C"}
-    empty = mcp_types.CallToolResult.model_validate({"content": []})
-    assert outcome_from_result(empty) == McpCallOutcome(output="", error=None)
-
-
-def test_outcome_from_result_error_keeps_blocks() -> None:
-    result = mcp_types.CallToolResult.model_validate(
-        {
-            "isError": True,
-            "content": [
-                {"type": "text", "text": "it broke"},
-                {"type": "resource_link", "uri": "file:///log", "name": "log"},
-            ],
-        }
-    )
-    assert outcome_from_result(result) == McpCallOutcome(
-        output=None,
-        error={
-            "type": "mcp_tool_execution_error",
-            "content": [
-                {"type": "text", "text": "it broke"},
-                {"type": "resource_link", "uri": "file:///log", "name": "log"},
-            ],
-        },
-    )
 
 
 # --- timeouts and failures ----------------------------------------------------------------------
@@ -480,61 +383,6 @@ async def test_stdio_server_dying_during_a_call(tmp_path: Path) -> None:
     finally:
         await session.aclose()
     assert leftover_session_tasks() == []
-
-
-# --- the pool -----------------------------------------------------------------------------------
-
-
-async def test_pool_reuses_and_reopens(counter_url: str) -> None:
-    pool = McpSessionPool(
-        {"counter": counter_spec("streamable_http", counter_url)}, connect_timeout=TIMEOUT
-    )
-    try:
-        first, again, concurrent = await asyncio.gather(
-            pool.session("counter"), pool.session("counter"), pool.session("counter")
-        )
-        assert first is again is concurrent
-        assert (await first.call_tool("sum", {"a": 1, "b": 2}, timeout=TIMEOUT)).output == "3"
-        assert await pool.session("counter") is first
-
-        await pool.discard("counter")
-        assert first.closed
-        second = await pool.session("counter")
-        assert second is not first
-        assert (await second.call_tool("echo", {"message": "x"}, timeout=TIMEOUT)).output == "x"
-
-        # discarding a session that is no longer the pooled one leaves the pooled one alone
-        await pool.discard("counter", session=first)
-        assert not second.closed
-        assert await pool.session("counter") is second
-
-        # a session that closed (or died) is replaced on next use
-        await second.aclose()
-        third = await pool.session("counter")
-        assert third is not second
-        assert not third.closed
-
-        with pytest.raises(KeyError):
-            await pool.session("unknown")
-        await pool.discard("unknown")
-    finally:
-        await pool.aclose()
-    assert third.closed
-    with pytest.raises(McpError):
-        await pool.session("counter")
-    assert leftover_session_tasks() == []
-
-
-async def test_pool_open_failure_is_retried() -> None:
-    url = f"http://127.0.0.1:{free_port()}/mcp"
-    pool = McpSessionPool({"down": counter_spec("streamable_http", url)}, connect_timeout=5)
-    try:
-        for _ in range(2):
-            with pytest.raises(McpError) as caught:
-                await pool.session("down")
-            assert caught.value.error["code"] == -32000
-    finally:
-        await pool.aclose()
 
 
 # --- server-everything (npm) --------------------------------------------------------------------

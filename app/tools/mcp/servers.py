@@ -1,0 +1,141 @@
+"""The MCP servers a request may reach, and how it reaches them.
+
+``ConfiguredMcpServer`` is a server the operator configured (clients name it by its label),
+``McpPolicy`` the rules for a request's own ``server_url`` (the egress policy, the timeouts).
+A ``RequestServer`` is one server of one request (the provider makes them from the request's
+tools): its session (opened once, lazily, or taken from the pool of configured servers), the
+tools it may use and its ``require_approval`` policy (``approval_required``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
+from app.tools.mcp.client import McpSession
+from app.tools.mcp.outcomes import McpToolInfo
+from app.tools.mcp.pool import McpSessionPool
+from app.tools.mcp.spec import McpServerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class ConfiguredMcpServer:
+    """A server the operator configured; clients name it by ``server_label`` alone."""
+
+    spec: McpServerSpec
+    allowed_tools: list[str] | None = None
+    require_approval: Any = "never"
+    description: str | None = None
+
+
+@dataclass(slots=True)
+class McpPolicy:
+    allowed_hosts: list[str] = field(default_factory=list)
+    allow_link_local: bool = False
+    connect_timeout: float = 10.0
+    list_timeout: float = 30.0
+
+    def egress(self) -> EgressPolicy:
+        """Where a request's ``server_url`` may point: ``allowed_hosts`` when set; never
+        at a cloud metadata service or a link-local address unless ``allow_link_local``;
+        loopback and private addresses are allowed (users run MCP servers beside the gateway);
+        a name that does not resolve is let through (connecting fails as a tool error)."""
+        return EgressPolicy(
+            allowed_hosts=tuple(self.allowed_hosts),
+            refused=frozenset() if self.allow_link_local else METADATA_AND_LINK_LOCAL,
+            allow_unresolved=True,
+            purpose="MCP",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTerms:
+    """What a request's ``mcp`` tool (or the operator's configuration) says of its server:
+    the tools it may use, which of them need approval, the description the model reads."""
+
+    allowed_tools: list[str] | None
+    require_approval: Any
+    description: str | None = None
+
+
+class RequestServer:
+    """One MCP server of one request: its session (opened once, lazily) and its policy."""
+
+    def __init__(
+        self,
+        label: str,
+        terms: ServerTerms,
+        *,
+        spec: McpServerSpec | None,
+        pool: McpSessionPool | None,
+        connect_timeout: float,
+    ) -> None:
+        self.label = label
+        self.description = terms.description
+        self._spec = spec
+        self._pool = pool
+        self.allowed_tools = terms.allowed_tools
+        self.require_approval = terms.require_approval
+        self._connect_timeout = connect_timeout
+        self._session: McpSession | None = None
+        self._lock = asyncio.Lock()
+        self.tools: dict[str, McpToolInfo] = {}
+
+    async def session(self) -> McpSession:
+        async with self._lock:
+            if self._pool is not None:
+                return await self._pool.session(self.label)
+            if self._session is None or self._session.closed:
+                assert self._spec is not None
+                self._session = await McpSession.open(
+                    self._spec, connect_timeout=self._connect_timeout
+                )
+            return self._session
+
+    @property
+    def pooled(self) -> bool:
+        return self._pool is not None
+
+    async def broken(self) -> None:
+        if self._pool is not None:
+            await self._pool.discard(self.label)
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.aclose()
+
+    def allows(self, tool: str) -> bool:
+        return self.allowed_tools is None or tool in self.allowed_tools
+
+    def approval_required(self, tool: McpToolInfo | None, name: str) -> bool:
+        return approval_required(self.require_approval, name, tool)
+
+
+def approval_required(policy: Any, name: str, tool: McpToolInfo | None) -> bool:
+    """OpenAI's ``require_approval``: ``"always"`` (the default), ``"never"``, or filters
+    ``{"always": {...}, "never": {...}}`` matching ``tool_names`` and ``read_only``."""
+    if policy in (None, "always"):
+        return True
+    if policy == "never":
+        return False
+    if isinstance(policy, dict):
+        if _filter_matches(policy.get("never"), name, tool):
+            return False
+        if _filter_matches(policy.get("always"), name, tool):
+            return True
+    return True
+
+
+def _filter_matches(spec: Any, name: str, tool: McpToolInfo | None) -> bool:
+    if not isinstance(spec, dict):
+        return False
+    names = spec.get("tool_names")
+    if isinstance(names, list) and name in names:
+        return True
+    read_only = spec.get("read_only")
+    if isinstance(read_only, bool) and tool is not None:
+        hints = tool.annotations or {}
+        return bool(hints.get("readOnlyHint", hints.get("read_only", False))) == read_only
+    return False
