@@ -17,21 +17,22 @@ from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi
 from app.api.routes import chat, conversations, files, health, models, responses, vector_stores
 from app.api.state import GatewayState
-from app.core.files import FilesService
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
-from app.core.ports import Embedder, ResponseStore, Upstream, VectorIndex
+from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
-from app.core.vector_stores import VectorStoresService
+from app.files.embeddings import build_embedder
+from app.files.files import FilesService
+from app.files.ports import Embedder, VectorIndex
+from app.files.vector_stores import VectorStoresService
 from app.protocol.json_types import JsonObject
-from app.retrieval.embeddings import build_embedder
-from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings, UpstreamConfig
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
+from app.store.vector_index.choice import open_vector_index
 from app.tools.file_search import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp import ConfiguredMcpServer, McpPolicy, McpToolProvider

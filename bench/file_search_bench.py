@@ -194,9 +194,9 @@ class FakeEmbedder:
 async def populate(url: str, corpus: Corpus, vs_id: str) -> float:
     """The database at ``url`` prepared (migrations) and holding one completed vector store
     of ``corpus``; returns the seconds the index's ingestion took."""
-    from app.core.ports import IndexedChunk, StoredFile, StoredVectorStore, StoredVectorStoreFile
+    from app.files.chunking import normalize_chunking_strategy
+    from app.files.ports import IndexedChunk, StoredFile, StoredVectorStore, StoredVectorStoreFile
     from app.main import build_vector_index
-    from app.retrieval.chunking import normalize_chunking_strategy
     from app.store.engine import create_engine_for
     from app.store.files_sql import SqlFileStore
     from app.store.migrate import prepare_database
@@ -359,7 +359,7 @@ class Setup:
 
 @contextlib.asynccontextmanager
 async def store_setup(size: int, words: int, local_embedder: Any, tmp: Path) -> Any:
-    from app.core.vector_stores import VectorStoresService
+    from app.files.vector_stores import VectorStoresService
     from app.main import build_vector_index
     from app.store.blobs import DiskBlobStore
     from app.store.engine import create_engine_for
@@ -742,7 +742,7 @@ async def profile_round(setup: Setup, svc: dict[str, Any], responses: int) -> di
 
 
 async def inproc(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
-    from app.retrieval.embeddings import LocalEmbedder
+    from app.files.embeddings import LocalEmbedder
 
     local = LocalEmbedder()
     started = time.perf_counter()

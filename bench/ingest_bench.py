@@ -24,14 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.files import FilesService  # noqa: E402
-from app.core.vector_stores import VectorStoresService  # noqa: E402
-from app.retrieval.embeddings import LocalEmbedder  # noqa: E402
-from app.retrieval.sqlite_index import SqliteVectorIndex  # noqa: E402
+from app.files.embeddings import LocalEmbedder  # noqa: E402
+from app.files.files import FilesService  # noqa: E402
+from app.files.vector_stores import VectorStoresService  # noqa: E402
 from app.store.blobs import DiskBlobStore  # noqa: E402
 from app.store.engine import create_engine_for  # noqa: E402
 from app.store.files_sql import SqlFileStore  # noqa: E402
 from app.store.migrate import prepare_database  # noqa: E402
+from app.store.vector_index.sqlite import SqliteVectorIndex  # noqa: E402
 
 WORDS = (  # noqa: SIM905
     "gateway stream response tool search vector memory ownership borrow model token chunk "

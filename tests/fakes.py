@@ -354,7 +354,7 @@ import hashlib  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
 
-from app.core.ports import (  # noqa: E402
+from app.files.ports import (  # noqa: E402
     IndexedChunk,
     SearchHit,
     StoredFile,

@@ -21,8 +21,8 @@ from app.core.ids import new_id
 from app.core.observe import preview_of
 from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import GatewayError, InvalidRequestError
+from app.files.filters import validate_filter
 from app.protocol.json_types import JsonObject
-from app.retrieval.filters import validate_filter
 from app.tools.registry import NameTable, ProviderTools
 
 NAMESPACE = "file_search"

@@ -18,9 +18,10 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from app.core.files import FilesService
-from app.core.ports import NewResponse, Page, StoredFile, StoredVectorStore, StoredVectorStoreFile
-from app.core.vector_stores import VectorStoresService
+from app.core.ports import NewResponse, Page
+from app.files.files import FilesService
+from app.files.ports import StoredFile, StoredVectorStore, StoredVectorStoreFile
+from app.files.vector_stores import VectorStoresService
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.core.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
 from app.core.store_errors import UnknownCursorError
+from app.files.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for, create_schema
 from app.store.files_sql import SqlFileStore

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from app.core.files import MissingObjectError
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError, NotFoundError
+from app.files.files import MissingObjectError
 from app.protocol.json_types import JsonObject
 from app.tools.file_search import FileSearchToolProvider, format_results
 from app.tools.registry import GatewayToolKit

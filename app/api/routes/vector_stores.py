@@ -10,11 +10,8 @@ from starlette.responses import Response
 from app.api.body import validate
 from app.api.pagination import page_params
 from app.api.replies import json_reply, list_reply, request_object
-from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.errors import InvalidRequestError
-from app.protocol.conversations import reject_unknown_fields
-from app.protocol.metadata import check_metadata
-from app.protocol.vector_stores import (
+from app.files.requests import (
     CreateFileBatchRequest,
     CreateVectorStoreFileRequest,
     CreateVectorStoreRequest,
@@ -23,6 +20,9 @@ from app.protocol.vector_stores import (
     UpdateVectorStoreRequest,
     check_attributes,
 )
+from app.files.vector_stores import Cursor, FileEntry, VectorStoresService
+from app.protocol.conversations import reject_unknown_fields
+from app.protocol.metadata import check_metadata
 
 router = APIRouter()
 

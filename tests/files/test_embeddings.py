@@ -17,9 +17,9 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from app.errors import UpstreamHTTPError, UpstreamProtocolError, UpstreamUnreachableError
-from app.retrieval import embeddings
-from app.retrieval.embedder_messages import EXTRA_PACKAGES
-from app.retrieval.embeddings import (
+from app.files import embeddings
+from app.files.embedder_messages import EXTRA_PACKAGES
+from app.files.embeddings import (
     EmbeddingsUnavailableError,
     LocalEmbedder,
     UnavailableEmbedder,
@@ -45,8 +45,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 def test_importing_embeddings_does_not_import_torch() -> None:
     code = (
-        "import sys, app.retrieval.embeddings, app.retrieval.chunking, app.retrieval.extract, "
-        "app.retrieval.filters\n"
+        "import sys, app.files.embeddings, app.files.chunking, app.files.extract, "
+        "app.files.filters\n"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'pypdf', 'docx') "
         "if m in sys.modules]\n"
         "assert not heavy, heavy"

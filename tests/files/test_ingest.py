@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from app.core.files import FilesService
-from app.core.ingest import IngestOutcome, IngestQueue, chunk_sizes, ingest_file
-from app.core.ports import StoredFile, StoredVectorStoreFile
-from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.errors import GatewayError, InvalidRequestError
+from app.files.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
+from app.files.files import FilesService
+from app.files.ingest import IngestOutcome, IngestQueue, chunk_sizes, ingest_file
+from app.files.ports import StoredFile, StoredVectorStoreFile
+from app.files.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.protocol.json_types import JsonObject
-from app.retrieval.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
 from tests.fakes import (
     FakeClock,
     FakeEmbedder,

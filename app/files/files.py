@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from app.core.ids import uuid7_hex
-from app.core.ports import BlobStore, FileStore, Page, StoredFile
+from app.core.ports import Page
 from app.core.store_errors import UnknownCursorError
 from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
+from app.files.ports import BlobStore, FileStore, StoredFile
 from app.protocol.json_types import JsonObject
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")

@@ -19,27 +19,27 @@ from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from app.core.files import MissingObjectError, file_not_found
 from app.core.ids import uuid7_hex
-from app.core.ingest import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, IngestOutcome, IngestQueue
-from app.core.ports import (
+from app.core.ports import Page
+from app.core.store_errors import UnknownCursorError
+from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
+from app.files import filters
+from app.files.chunking import ChunkingStrategyError, normalize_chunking_strategy
+from app.files.files import MissingObjectError, file_not_found
+from app.files.filters import FilterError
+from app.files.ingest import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, IngestOutcome, IngestQueue
+from app.files.ports import (
     BlobStore,
     Embedder,
     FileStore,
-    Page,
     SearchHit,
     StoredFileBatch,
     StoredVectorStore,
     StoredVectorStoreFile,
     VectorIndex,
 )
-from app.core.store_errors import UnknownCursorError
-from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
+from app.files.requests import SearchRequest, index_ranker
 from app.protocol.json_types import JsonObject
-from app.protocol.vector_stores import SearchRequest, index_ranker
-from app.retrieval import filters
-from app.retrieval.chunking import ChunkingStrategyError, normalize_chunking_strategy
-from app.retrieval.filters import FilterError
 
 T = TypeVar("T")
 

@@ -16,11 +16,11 @@ import mimetypes
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.core.ports import BlobStore, Embedder, FileStore, IndexedChunk, StoredFile, VectorIndex
 from app.errors import GatewayError
+from app.files.chunking import chunk_text
+from app.files.extract import ExtractionError, UnsupportedFileError, extract_text
+from app.files.ports import BlobStore, Embedder, FileStore, IndexedChunk, StoredFile, VectorIndex
 from app.protocol.json_types import JsonObject
-from app.retrieval.chunking import chunk_text
-from app.retrieval.extract import ExtractionError, UnsupportedFileError, extract_text
 
 logger = logging.getLogger(__name__)
 

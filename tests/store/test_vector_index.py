@@ -26,15 +26,15 @@ import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import IndexedChunk, SearchHit, VectorIndex
-from app.retrieval.fusion import query_terms, reciprocal_rank_fusion
-from app.retrieval.index_choice import open_vector_index
-from app.retrieval.pg_array_index import PgArrayIndex
-from app.retrieval.pg_index import PgVectorIndex
-from app.retrieval.sqlite_index import SqliteVectorIndex
+from app.files.fusion import query_terms, reciprocal_rank_fusion
+from app.files.ports import IndexedChunk, SearchHit, VectorIndex
 from app.store.engine import create_engine_for, create_schema
 from app.store.migrate import upgrade_to_head
 from app.store.pgvector import PgVectorState, read_pgvector_state
+from app.store.vector_index.choice import open_vector_index
+from app.store.vector_index.pg_array import PgArrayIndex
+from app.store.vector_index.pg_vector import PgVectorIndex
+from app.store.vector_index.sqlite import SqliteVectorIndex
 from tests.postgres import POSTGRES_URL, throwaway_database
 from tests.store.conftest import Postgres, _in_schema, scratch_schema
 
@@ -309,7 +309,7 @@ async def _check_migrated_index(url: str, caplog: pytest.LogCaptureFixture) -> N
         await upgrade_to_head(url)
         async with engine.connect() as conn:
             state = await conn.run_sync(read_pgvector_state)
-        caplog.set_level("INFO", logger="app.retrieval.index_choice")
+        caplog.set_level("INFO", logger="app.store.vector_index.choice")
         index = await open_vector_index(engine)
         assert isinstance(index, PgVectorIndex if state.available else PgArrayIndex)
         assert state.uses_pgvector == state.available
@@ -552,7 +552,7 @@ async def test_sqlite_schema_from_create_schema(tmp_path: Path) -> None:
 async def test_sqlite_cache_is_patched_by_its_own_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.retrieval import sqlite_index
+    from app.store.vector_index import sqlite as sqlite_index
 
     loads: list[int] = []
     build = sqlite_index._build_matrix
@@ -672,7 +672,7 @@ async def _corpus(kind: str) -> Corpus:
     queries = _read_jsonl(CORPUS / "queries.jsonl")
     embedder: Any
     if kind == "local":
-        from app.retrieval import embeddings
+        from app.files import embeddings
 
         if not embeddings.local_embeddings_installed():
             pytest.skip("the local embedding model (respgate[embeddings]) is not installed")

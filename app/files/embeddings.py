@@ -26,8 +26,7 @@ import numpy as np
 import orjson
 
 from app.errors import GatewayError, UpstreamHTTPError, UpstreamProtocolError
-from app.net.http import error_envelope, map_transport_error
-from app.retrieval.embedder_messages import (
+from app.files.embedder_messages import (
     LOCAL_EXTRA_HINT,
     MODEL_SETTING,
     PIP_EXTRA,
@@ -38,9 +37,10 @@ from app.retrieval.embedder_messages import (
     missing_extra_packages,
     no_upstream_model_message,
 )
+from app.net.http import error_envelope, map_transport_error
 
 if TYPE_CHECKING:
-    from app.core.ports import Embedder
+    from app.files.ports import Embedder
     from app.settings import Settings
 
 __all__ = [
