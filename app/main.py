@@ -21,7 +21,7 @@ from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
-from app.files.embeddings import build_embedder
+from app.files.embeddings import EmbedderOptions, choose_embedder
 from app.files.files import FilesService
 from app.files.ports import Embedder, VectorIndex
 from app.files.vector_stores import VectorStoresService
@@ -170,6 +170,23 @@ def build_toolkit(
         [provider, web_search, file_search], hosted=hosted_tools(settings, upstream)
     )
     return kit, resources
+
+
+def build_embedder(
+    settings: Settings, upstream_url: str | None = None, api_key: str | None = None
+) -> Embedder:
+    """The embedder the ``embeddings_*`` settings ask for (``app.files.embeddings``);
+    ``upstream_url`` and ``api_key`` default to the upstream's settings."""
+    options = EmbedderOptions(
+        provider=settings.embeddings_provider,
+        model=settings.embeddings_model,
+        batch_size=settings.embeddings_batch_size,
+        upstream_url=upstream_url if upstream_url is not None else settings.upstream_url,
+        api_key=api_key if api_key is not None else settings.upstream_api_key,
+        connect_timeout=settings.upstream_connect_timeout,
+        read_timeout=settings.upstream_read_timeout,
+    )
+    return choose_embedder(options)
 
 
 async def build_vector_index(engine: AsyncEngine) -> VectorIndex:

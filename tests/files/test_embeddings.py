@@ -24,11 +24,11 @@ from app.files.embeddings import (
     LocalEmbedder,
     UnavailableEmbedder,
     UpstreamEmbedder,
-    build_embedder,
     bundled_model_path,
     local_embeddings_installed,
     normalize_rows,
 )
+from app.main import build_embedder
 from app.settings import Settings
 from tests.helpers import free_port, serve_in_thread
 
