@@ -233,7 +233,7 @@ async def build_file_search(
         embed_batch_size=settings.embeddings_batch_size,
     )
     stack.push_async_callback(vector_stores.aclose)
-    files = FilesService(file_store, blobs, time.time, detacher=vector_stores)
+    files = FilesService(file_store, blobs, time.time, detacher=vector_stores.store_files)
     await vector_stores.resume_pending()
     return files, vector_stores
 
@@ -271,7 +271,9 @@ def create_app(
             files_service, vector_stores_service = await build_file_search(
                 settings, stack, embedder, database_ready=store is None
             )
-            toolkit, tool_resources = build_toolkit(settings, vector_stores_service, active)
+            toolkit, tool_resources = build_toolkit(
+                settings, vector_stores_service.searcher, active
+            )
             stack.push_async_callback(tool_resources.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,

@@ -60,7 +60,7 @@ async def run(files: int, kib: int, strategy: dict[str, object] | None) -> tuple
         store, blobs = SqlFileStore(engine), DiskBlobStore(Path(tmp) / "files")
         index = SqliteVectorIndex(engine)
         stores = VectorStoresService(store, blobs, index, embedder, time.time)
-        uploads = FilesService(store, blobs, time.time, detacher=stores)
+        uploads = FilesService(store, blobs, time.time, detacher=stores.store_files)
         ids = [
             (
                 await uploads.create(
@@ -70,12 +70,12 @@ async def run(files: int, kib: int, strategy: dict[str, object] | None) -> tuple
             for n in range(files)
         ]
         started = time.perf_counter()
-        created = await stores.create(
+        created = await stores.stores.create(
             name="bench", metadata={}, expires_after=None, file_ids=ids, chunking_strategy=strategy
         )
         await stores.wait_idle()
         elapsed = time.perf_counter() - started
-        state = await stores.get(created["id"])
+        state = await stores.stores.get(created["id"])
         assert state["file_counts"]["completed"] == files, state
         chunks = 0
         for file_id in ids:

@@ -22,6 +22,7 @@ from app.core.observe import preview_of
 from app.core.ports import CallPresentation, GatewayCall, ToolExecutor, ToolResult
 from app.errors import GatewayError, InvalidRequestError
 from app.files.filters import validate_filter
+from app.files.requests import SearchRequest, parse_search
 from app.protocol.json_types import JsonObject
 from app.tools.registry import NameTable, ProviderTools
 
@@ -58,9 +59,9 @@ DESCRIPTION = (
 
 
 class VectorStoreSearch(Protocol):
-    """What file search needs of the vector stores (``core.vector_stores``)."""
+    """What file search needs of the vector stores (``files.search.SearchService``)."""
 
-    async def search(self, vector_store_id: str, body: JsonObject) -> JsonObject:
+    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
         """``POST /v1/vector_stores/{id}/search`` (its page object); raises ``GatewayError``."""
         ...
 
@@ -181,10 +182,14 @@ class FileSearchExecutor:
         for key in ("filters", "ranking_options"):
             if self._tool.get(key) is not None:
                 body[key] = self._tool[key]
+        try:
+            requests = [parse_search({**body, "query": query}) for query in queries]
+        except GatewayError as exc:
+            return self.error_result(call, exc.message, status="failed")
         jobs = [
-            self._search.search(store_id, {**body, "query": query})
+            self._search.search(store_id, request)
             for store_id in self._tool.get("vector_store_ids") or []
-            for query in queries
+            for request in requests
         ]
         try:
             async with asyncio.timeout(timeout):

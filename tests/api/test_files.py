@@ -154,7 +154,7 @@ async def file_gateway(
         embedder, clock = FakeEmbedder(), FakeClock()
         vector_stores = VectorStoresService(store, blobs, index, embedder, clock)
         stack.push_async_callback(vector_stores.aclose)
-        files = FilesService(store, blobs, clock, detacher=vector_stores)
+        files = FilesService(store, blobs, clock, detacher=vector_stores.store_files)
         settings = Settings(data_dir=data_dir)
         app = build_app(FileSearchState(settings, files, vector_stores))
         transport = httpx.ASGITransport(app=app)
