@@ -1,7 +1,9 @@
-"""The vector indexes (``SqliteVectorIndex``, ``PgArrayIndex``, ``PgVectorIndex``) through the
-``VectorIndex`` port.
+"""The contract of the ``VectorIndex`` port: the same tests on every implementation (the
+in-memory fake ``tests.fakes.MemoryVectorIndex``, ``SqliteVectorIndex``, ``PgArrayIndex``,
+``PgVectorIndex``), then each index's own checks.
 
-Every test runs on each index: SQLite (a file, schema built by the Alembic migrations), and on
+Every contract test runs on each index: the fake (two fakes sharing their chunks stand for two
+processes on one database), SQLite (a file, schema built by the Alembic migrations), and on
 PostgreSQL (scratch schemas built by ``create_schema``; skipped without a server unless ``CI``
 is set) ``PgArrayIndex`` over ``real[]`` embeddings (what a server without pgvector gets, run
 on any server) and ``PgVectorIndex`` (skipped where the server has no pgvector). Vectors come from a
@@ -35,6 +37,7 @@ from app.store.vector_index.choice import open_vector_index
 from app.store.vector_index.pg_array import PgArrayIndex
 from app.store.vector_index.pg_vector import PgVectorIndex
 from app.store.vector_index.sqlite import SqliteVectorIndex
+from tests.fakes import MemoryVectorIndex
 from tests.postgres import POSTGRES_URL, throwaway_database
 from tests.store.conftest import Postgres, _in_schema, scratch_schema
 
@@ -114,13 +117,17 @@ async def _prepare_postgres(pg: Postgres, *, pgvector: bool) -> PgVectorState:
         await setup.dispose()
 
 
-@pytest.fixture(params=["sqlite", "sqlite_no_inline", "postgres", "pgvector"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite_no_inline", "postgres", "pgvector"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[IndexBackend]:
-    """``sqlite``: small reads inline (the default); ``sqlite_no_inline``: all through
-    aiosqlite, as when the database is busy; ``postgres``: ``PgArrayIndex`` (real[], no
-    pgvector); ``pgvector``: ``PgVectorIndex``."""
+    """``memory``: the fake; ``sqlite``: small reads inline (the default);
+    ``sqlite_no_inline``: all through aiosqlite, as when the database is busy; ``postgres``:
+    ``PgArrayIndex`` (real[], no pgvector); ``pgvector``: ``PgVectorIndex``."""
     engines: list[AsyncEngine] = []
     sqlite_indexes: list[SqliteVectorIndex] = []
+    if request.param == "memory":
+        memory = MemoryVectorIndex()
+        yield IndexBackend("memory", memory, lambda: MemoryVectorIndex(memory.chunks))
+        return
     if request.param.startswith("sqlite"):
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
         await upgrade_to_head(url)
