@@ -23,6 +23,7 @@ from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
 from app.files.embeddings import EmbedderOptions, choose_embedder
 from app.files.files import FilesService
+from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndex
 from app.files.vector_stores import VectorStoresService
 from app.protocol.json_types import JsonObject
@@ -230,7 +231,7 @@ async def build_file_search(
         index,
         embedder,
         time.time,
-        embed_batch_size=settings.embeddings_batch_size,
+        ingest=IngestOptions(batch_size=settings.embeddings_batch_size),
     )
     stack.push_async_callback(vector_stores.aclose)
     files = FilesService(file_store, blobs, time.time, detacher=vector_stores.store_files)

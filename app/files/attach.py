@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.files.catalog import StoreCatalog
-from app.files.ingest import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, IngestOutcome, IngestQueue
+from app.files.ingest import IngestOptions, IngestOutcome, IngestQueue
 from app.files.paging import all_records, all_stores
 from app.files.ports import BlobStore, Embedder, StoredVectorStoreFile
 from app.protocol.json_types import JsonObject
@@ -32,14 +32,6 @@ class FileEntry:
     param: str = "chunking_strategy"
 
 
-@dataclass(frozen=True, slots=True)
-class IngestOptions:
-    """How many files are ingested at once, and how many chunks are embedded per call."""
-
-    concurrency: int = DEFAULT_CONCURRENCY
-    batch_size: int = DEFAULT_BATCH_SIZE
-
-
 class StoreIngestion:
     def __init__(
         self,
@@ -48,16 +40,9 @@ class StoreIngestion:
         embedder: Embedder,
         options: IngestOptions | None = None,
     ) -> None:
-        options = options or IngestOptions()
         self._catalog = catalog
         self.queue = IngestQueue(
-            catalog.files,
-            blobs,
-            catalog.index,
-            embedder,
-            self._record_outcome,
-            max_concurrency=options.concurrency,
-            batch_size=options.batch_size,
+            catalog.files, blobs, catalog.index, embedder, self._record_outcome, options
         )
 
     async def attach(

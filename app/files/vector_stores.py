@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from app.files.attach import IngestOptions, StoreIngestion
+from app.files.attach import StoreIngestion
 from app.files.batches import FileBatchesService
 from app.files.catalog import StoreCatalog
-from app.files.ingest import DEFAULT_BATCH_SIZE, DEFAULT_CONCURRENCY, IngestQueue
+from app.files.ingest import IngestOptions, IngestQueue
 from app.files.ports import BlobStore, Embedder, FileStore, VectorIndex
 from app.files.search import SearchService
 from app.files.store_files import StoreFilesService
@@ -35,16 +35,10 @@ class VectorStoresService:
         embedder: Embedder,
         clock: Callable[[], float] = time.time,
         *,
-        ingest_concurrency: int = DEFAULT_CONCURRENCY,
-        embed_batch_size: int = DEFAULT_BATCH_SIZE,
+        ingest: IngestOptions | None = None,
     ) -> None:
         catalog = StoreCatalog(files, index, clock)
-        self._ingestion = StoreIngestion(
-            catalog,
-            blobs,
-            embedder,
-            IngestOptions(concurrency=ingest_concurrency, batch_size=embed_batch_size),
-        )
+        self._ingestion = StoreIngestion(catalog, blobs, embedder, ingest)
         self.stores = StoresService(catalog, self._ingestion)
         self.store_files = StoreFilesService(catalog, self._ingestion)
         self.batches = FileBatchesService(catalog, self._ingestion)

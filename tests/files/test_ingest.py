@@ -17,7 +17,13 @@ from app.errors import GatewayError, InvalidRequestError
 from app.files.attach import FileEntry
 from app.files.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
 from app.files.files import FilesService
-from app.files.ingest import IngestOutcome, IngestQueue, chunk_sizes, ingest_file
+from app.files.ingest import (
+    IngestOptions,
+    IngestOutcome,
+    IngestQueue,
+    chunk_sizes,
+    ingest_file,
+)
 from app.files.paging import Cursor
 from app.files.ports import StoredFile, StoredVectorStoreFile
 from app.files.requests import parse_search
@@ -195,7 +201,9 @@ async def test_the_queue_runs_at_most_n_files_at_once() -> None:
     async def finish(store_id: str, file_id: str, outcome: IngestOutcome) -> None:
         setup.outcomes[(store_id, file_id)] = outcome
 
-    queue = IngestQueue(setup.files, setup.blobs, setup.index, embedder, finish, max_concurrency=2)
+    queue = IngestQueue(
+        setup.files, setup.blobs, setup.index, embedder, finish, IngestOptions(concurrency=2)
+    )
     for i in range(5):
         await queue.submit("vs", f"file-{i}", AUTO)
     await embedder.two_running.wait()
