@@ -73,7 +73,7 @@ RUN python -I -c "import app.main" \
     && respgate migrate --data-dir /tmp/migrate-check --log-level warning \
     && rm -rf /tmp/migrate-check \
     && case ",$EXTRAS," in \
-      *,embeddings,*) python -I -c "import asyncio, torch; from app.retrieval.embeddings import LocalEmbedder; assert torch.version.cuda is None, 'torch ' + torch.__version__ + ' is a CUDA build'; vectors = asyncio.run(LocalEmbedder().embed(['hello'])); assert len(vectors[0]) == 384, len(vectors[0])" ;; \
+      *,embeddings,*) python -I -c "import asyncio, torch; from app.files.embeddings import LocalEmbedder; assert torch.version.cuda is None, 'torch ' + torch.__version__ + ' is a CUDA build'; vectors = asyncio.run(LocalEmbedder().embed(['hello'])); assert len(vectors[0]) == 384, len(vectors[0])" ;; \
     esac
 
 # ---------------------------------------------------------------------------------------------

@@ -17,23 +17,25 @@ from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi
 from app.api.routes import chat, conversations, files, health, models, responses, vector_stores
 from app.api.state import GatewayState
-from app.core.files import FilesService
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
-from app.core.ports import Embedder, ResponseStore, Upstream, VectorIndex
+from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
-from app.core.vector_stores import VectorStoresService
+from app.files.embeddings import EmbedderOptions, choose_embedder
+from app.files.files import FilesService
+from app.files.ingest import IngestOptions
+from app.files.ports import Embedder, VectorIndex
+from app.files.vector_stores import VectorStoresService
 from app.protocol.items import register_item_kinds
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import register_include_values
-from app.retrieval.embeddings import build_embedder
-from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings, UpstreamConfig
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
+from app.store.vector_index.choice import open_vector_index
 from app.tools.file_search.provider import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp.pool import McpSessionPool
@@ -183,6 +185,23 @@ def register_tool_kinds(kit: GatewayToolKit) -> None:
     register_include_values(kit.include_values)
 
 
+def build_embedder(
+    settings: Settings, upstream_url: str | None = None, api_key: str | None = None
+) -> Embedder:
+    """The embedder the ``embeddings_*`` settings ask for (``app.files.embeddings``);
+    ``upstream_url`` and ``api_key`` default to the upstream's settings."""
+    options = EmbedderOptions(
+        provider=settings.embeddings_provider,
+        model=settings.embeddings_model,
+        batch_size=settings.embeddings_batch_size,
+        upstream_url=upstream_url if upstream_url is not None else settings.upstream_url,
+        api_key=api_key if api_key is not None else settings.upstream_api_key,
+        connect_timeout=settings.upstream_connect_timeout,
+        read_timeout=settings.upstream_read_timeout,
+    )
+    return choose_embedder(options)
+
+
 async def build_vector_index(engine: AsyncEngine) -> VectorIndex:
     """The chunk index in the store's database: SQLite's; on PostgreSQL pgvector's, or the
     exact index in the gateway where pgvector is not there (a log line says which)."""
@@ -224,10 +243,10 @@ async def build_file_search(
         index,
         embedder,
         time.time,
-        embed_batch_size=settings.embeddings_batch_size,
+        ingest=IngestOptions(batch_size=settings.embeddings_batch_size),
     )
     stack.push_async_callback(vector_stores.aclose)
-    files = FilesService(file_store, blobs, time.time, detacher=vector_stores)
+    files = FilesService(file_store, blobs, time.time, detacher=vector_stores.store_files)
     await vector_stores.resume_pending()
     return files, vector_stores
 
@@ -265,7 +284,9 @@ def create_app(
             files_service, vector_stores_service = await build_file_search(
                 settings, stack, embedder, database_ready=store is None
             )
-            toolkit, tool_resources = build_toolkit(settings, vector_stores_service, active)
+            toolkit, tool_resources = build_toolkit(
+                settings, vector_stores_service.searcher, active
+            )
             stack.push_async_callback(tool_resources.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,

@@ -40,7 +40,7 @@ that ends in a message. One tool round costs T(K=2) - T(K=1) of the same request
       no tools | instant K=1 | instant K=2 | file_search K=1 | file_search K=2 (fake embedder) |
       file_search K=2 (local embedder)
     and, in the streaming group, the components on their own: the query embedding
-    (``LocalEmbedder.embed([query])``), ``VectorStoresService.search`` (fake embedder) as the
+    (``LocalEmbedder.embed([query])``), ``SearchService.search`` (fake embedder) as the
     tool calls it, and ``SqliteVectorIndex.search(ranker="hybrid")`` alone. The tool's own run
     time inside the loop is also taken from ``ToolEvents`` (``duration_ms``).
     The local embedder's entries run in a group of their own (file_search K=1, K=2 with each
@@ -194,9 +194,9 @@ class FakeEmbedder:
 async def populate(url: str, corpus: Corpus, vs_id: str) -> float:
     """The database at ``url`` prepared (migrations) and holding one completed vector store
     of ``corpus``; returns the seconds the index's ingestion took."""
-    from app.core.ports import IndexedChunk, StoredFile, StoredVectorStore, StoredVectorStoreFile
+    from app.files.chunking import normalize_chunking_strategy
+    from app.files.ports import IndexedChunk, StoredFile, StoredVectorStore, StoredVectorStoreFile
     from app.main import build_vector_index
-    from app.retrieval.chunking import normalize_chunking_strategy
     from app.store.engine import create_engine_for
     from app.store.files_sql import SqlFileStore
     from app.store.migrate import prepare_database
@@ -359,7 +359,8 @@ class Setup:
 
 @contextlib.asynccontextmanager
 async def store_setup(size: int, words: int, local_embedder: Any, tmp: Path) -> Any:
-    from app.core.vector_stores import VectorStoresService
+    from app.files.requests import parse_search
+    from app.files.vector_stores import VectorStoresService
     from app.main import build_vector_index
     from app.store.blobs import DiskBlobStore
     from app.store.engine import create_engine_for
@@ -385,7 +386,7 @@ async def store_setup(size: int, words: int, local_embedder: Any, tmp: Path) -> 
     )
     local = VectorStoresService(file_store, blobs, index, local_embedder, time.time)
     t0 = time.perf_counter()
-    await fake.search(vs_id, {"query": corpus.queries[0]})
+    await fake.searcher.search(vs_id, parse_search({"query": corpus.queries[0]}))
     first = (time.perf_counter() - t0) * 1000
     try:
         yield Setup(size, corpus, vs_id, engine, index, fake, local, ingest, first)
@@ -488,8 +489,8 @@ def services(setup: Setup) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for label, kit in (
         ("instant", lambda: InstantToolKit()),
-        ("fake", lambda: GatewayToolKit([FileSearchToolProvider(setup.fake)])),
-        ("local", lambda: GatewayToolKit([FileSearchToolProvider(setup.local)])),
+        ("fake", lambda: GatewayToolKit([FileSearchToolProvider(setup.fake.searcher)])),
+        ("local", lambda: GatewayToolKit([FileSearchToolProvider(setup.local.searcher)])),
     ):
         upstream = SearchUpstream(setup.corpus.queries)
         events = ToolEvents()
@@ -553,6 +554,8 @@ def response_entries(
 
 
 def component_entries(setup: Setup) -> dict[str, Callable[[], Awaitable[Any]]]:
+    from app.files.requests import parse_search
+
     corpus = setup.corpus
     queries = corpus.queries
     counters = {"embed": 0, "search": 0, "index": 0}
@@ -562,10 +565,12 @@ def component_entries(setup: Setup) -> dict[str, Callable[[], Awaitable[Any]]]:
         return queries[counters[key] % len(queries)]
 
     async def embed() -> Any:
-        return await setup.local.embedder.embed([nxt("embed")])
+        return await setup.local.searcher.embedder.embed([nxt("embed")])
 
     async def search() -> Any:
-        return await setup.fake.search(setup.vs_id, {"query": nxt("search"), "max_num_results": 10})
+        return await setup.fake.searcher.search(
+            setup.vs_id, parse_search({"query": nxt("search"), "max_num_results": 10})
+        )
 
     async def index_search() -> Any:
         query = nxt("index")
@@ -599,7 +604,7 @@ def component_entries(setup: Setup) -> dict[str, Callable[[], Awaitable[Any]]]:
 
     return {
         "query embedding alone (local)": embed,
-        "VectorStoresService.search alone (fake)": search,
+        "SearchService.search alone (fake)": search,
         "index.search alone (hybrid)": index_search,
         "index.search alone (semantic)": index_semantic,
         "index.search alone (hybrid, content words only)": index_terms,
@@ -639,7 +644,7 @@ def add_vs_instant(row: dict[str, float], instant: dict[str, float]) -> None:
 
 
 async def sql_counts(setup: Setup) -> dict[str, Any]:
-    """Statements one ``VectorStoresService.search`` issues: through SQLAlchemy (aiosqlite's
+    """Statements one ``SearchService.search`` issues: through SQLAlchemy (aiosqlite's
     thread; by kind, COMMIT/ROLLBACK not included: they are driver calls) and inline
     (``sqlite3`` on the calling thread). A search also writes the store's
     ``last_active_at`` once per second; this search is run right after another, so it does
@@ -647,6 +652,8 @@ async def sql_counts(setup: Setup) -> dict[str, Any]:
     import re
 
     from sqlalchemy import event
+
+    from app.files.requests import parse_search
 
     counts: dict[str, Any] = {"sqlalchemy": 0, "inline": 0, "kinds": {}}
 
@@ -661,7 +668,7 @@ async def sql_counts(setup: Setup) -> dict[str, Any]:
             kind = f"{kind} {table.group(1)}"
         counts["kinds"][kind] = counts["kinds"].get(kind, 0) + 1
 
-    await setup.fake.search(setup.vs_id, {"query": setup.corpus.queries[2]})
+    await setup.fake.searcher.search(setup.vs_id, parse_search({"query": setup.corpus.queries[2]}))
     inline = getattr(setup.index, "_inline", None)
     original = inline.fetch if inline is not None else None
     if inline is not None and original is not None:
@@ -673,7 +680,9 @@ async def sql_counts(setup: Setup) -> dict[str, Any]:
         inline.fetch = fetch
     event.listen(setup.engine.sync_engine, "before_cursor_execute", count)
     try:
-        await setup.fake.search(setup.vs_id, {"query": setup.corpus.queries[1]})
+        await setup.fake.searcher.search(
+            setup.vs_id, parse_search({"query": setup.corpus.queries[1]})
+        )
     finally:
         event.remove(setup.engine.sync_engine, "before_cursor_execute", count)
         if inline is not None:
@@ -742,7 +751,7 @@ async def profile_round(setup: Setup, svc: dict[str, Any], responses: int) -> di
 
 
 async def inproc(args: argparse.Namespace, sizes: list[int]) -> dict[str, Any]:
-    from app.retrieval.embeddings import LocalEmbedder
+    from app.files.embeddings import LocalEmbedder
 
     local = LocalEmbedder()
     started = time.perf_counter()
@@ -817,7 +826,7 @@ async def measure_size(
         "sql_per_search": await sql_counts(setup),
     }
     for query in setup.corpus.queries:  # every query length once: first shapes are slow
-        await setup.local.embedder.embed([query])
+        await setup.local.searcher.embedder.embed([query])
     components = component_entries(setup)
     local_group = ("file_search K=1", "file_search K=2, fake embedder")
     for mode in ("stream", "stream, local embedder", "json"):
@@ -876,7 +885,7 @@ def summary_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append({"what": f"round: {label}", **res["rounds"][label]})
     for name, res in (
         ("query embedding alone (local)", local),
-        ("VectorStoresService.search alone (fake)", stream),
+        ("SearchService.search alone (fake)", stream),
         ("index.search alone (hybrid)", stream),
         ("index.search alone (semantic)", stream),
         ("index.search alone (hybrid, content words only)", stream),

@@ -55,11 +55,11 @@ import numpy as np
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import IndexedChunk, VectorIndex
-from app.retrieval.pg_index import PgVectorIndex
-from app.retrieval.sqlite_index import SqliteVectorIndex, encode_embedding
+from app.files.ports import IndexedChunk, VectorIndex
 from app.store import tables
 from app.store.engine import create_engine_for, create_schema
+from app.store.vector_index.pg_vector import PgVectorIndex
+from app.store.vector_index.sqlite import SqliteVectorIndex, encode_embedding
 
 DEFAULT_PG_URL = os.environ.get(
     "RESPGATE_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"

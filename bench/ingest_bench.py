@@ -24,14 +24,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.core.files import FilesService  # noqa: E402
-from app.core.vector_stores import VectorStoresService  # noqa: E402
-from app.retrieval.embeddings import LocalEmbedder  # noqa: E402
-from app.retrieval.sqlite_index import SqliteVectorIndex  # noqa: E402
+from app.files.embeddings import LocalEmbedder  # noqa: E402
+from app.files.files import FilesService  # noqa: E402
+from app.files.vector_stores import VectorStoresService  # noqa: E402
 from app.store.blobs import DiskBlobStore  # noqa: E402
 from app.store.engine import create_engine_for  # noqa: E402
 from app.store.files_sql import SqlFileStore  # noqa: E402
 from app.store.migrate import prepare_database  # noqa: E402
+from app.store.vector_index.sqlite import SqliteVectorIndex  # noqa: E402
 
 WORDS = (  # noqa: SIM905
     "gateway stream response tool search vector memory ownership borrow model token chunk "
@@ -60,7 +60,7 @@ async def run(files: int, kib: int, strategy: dict[str, object] | None) -> tuple
         store, blobs = SqlFileStore(engine), DiskBlobStore(Path(tmp) / "files")
         index = SqliteVectorIndex(engine)
         stores = VectorStoresService(store, blobs, index, embedder, time.time)
-        uploads = FilesService(store, blobs, time.time, detacher=stores)
+        uploads = FilesService(store, blobs, time.time, detacher=stores.store_files)
         ids = [
             (
                 await uploads.create(
@@ -70,12 +70,12 @@ async def run(files: int, kib: int, strategy: dict[str, object] | None) -> tuple
             for n in range(files)
         ]
         started = time.perf_counter()
-        created = await stores.create(
+        created = await stores.stores.create(
             name="bench", metadata={}, expires_after=None, file_ids=ids, chunking_strategy=strategy
         )
         await stores.wait_idle()
         elapsed = time.perf_counter() - started
-        state = await stores.get(created["id"])
+        state = await stores.stores.get(created["id"])
         assert state["file_counts"]["completed"] == files, state
         chunks = 0
         for file_id in ids:

@@ -354,7 +354,13 @@ import hashlib  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402
 
-from app.core.ports import (  # noqa: E402
+from app.files.fusion import (  # noqa: E402
+    RankedIndex,
+    keyword_score,
+    query_terms,
+    semantic_score,
+)
+from app.files.ports import (  # noqa: E402
     IndexedChunk,
     SearchHit,
     StoredFile,
@@ -521,18 +527,37 @@ def _words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-class MemoryVectorIndex:
-    """A VectorIndex in a dict: exact cosine (mapped to [0, 1]), word-overlap keyword scores,
-    and reciprocal-rank fusion for ``hybrid``. Records every search it is asked."""
+# Tokens as the full-text indexes see them: runs of letters and digits ("_" splits too).
+_TOKEN = re.compile(r"[^\W_]+")
 
-    def __init__(self) -> None:
-        self.chunks: dict[tuple[str, str], list[IndexedChunk]] = {}
+
+def _tokens(text: str) -> list[str]:
+    return [t.casefold() for t in _TOKEN.findall(text)]
+
+
+class MemoryVectorIndex(RankedIndex):
+    """A VectorIndex in a dict, with the SQL indexes' semantics (the VectorIndex contract,
+    tests/store/test_vector_index_contract.py): exact cosine scored ``max(0, cos)`` among the
+    chunks of the query's dimension; keyword search over ``fusion.query_terms`` (OR-ed, each a
+    phrase of tokens), relevance a small BM25 squashed by ``fusion.keyword_score``; ``hybrid``
+    by ``fusion``'s reciprocal-rank fusion. Records every search it is asked.
+
+    ``chunks`` may be another index's, as two processes share one database."""
+
+    def __init__(self, chunks: dict[tuple[str, str], list[IndexedChunk]] | None = None) -> None:
+        self.chunks: dict[tuple[str, str], list[IndexedChunk]] = {} if chunks is None else chunks
         self.searches: list[JsonObject] = []
 
     async def replace_file_chunks(
         self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
     ) -> None:
-        self.chunks[(vector_store_id, file_id)] = list(chunks)
+        for chunk in chunks:  # all or nothing, as one transaction
+            if chunk.text is None:
+                raise ValueError("chunk text must not be null")
+        if chunks:
+            self.chunks[(vector_store_id, file_id)] = list(chunks)
+        else:
+            self.chunks.pop((vector_store_id, file_id), None)
 
     async def delete_file(self, vector_store_id: str, file_id: str) -> None:
         self.chunks.pop((vector_store_id, file_id), None)
@@ -540,9 +565,6 @@ class MemoryVectorIndex:
     async def delete_store(self, vector_store_id: str) -> None:
         for key in [k for k in self.chunks if k[0] == vector_store_id]:
             del self.chunks[key]
-
-    async def aclose(self) -> None:
-        return None
 
     async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
         chunks = self.chunks.get((vector_store_id, file_id), [])
@@ -568,40 +590,72 @@ class MemoryVectorIndex:
                 "embedded": embedding is not None,
             }
         )
-        candidates = [
+        return await super().search(
+            vector_store_id,
+            embedding=embedding,
+            query=query,
+            limit=limit,
+            ranker=ranker,
+            file_ids=file_ids,
+        )
+
+    def _candidates(
+        self, vector_store_id: str, file_ids: list[str] | None
+    ) -> list[tuple[str, IndexedChunk]]:
+        return [
             (file_id, chunk)
-            for (store_id, file_id), chunks in self.chunks.items()
+            for (store_id, file_id), chunks in list(self.chunks.items())
             if store_id == vector_store_id and (file_ids is None or file_id in file_ids)
             for chunk in chunks
         ]
-        semantic: dict[tuple[str, int], float] = {}
-        keyword: dict[tuple[str, int], float] = {}
-        terms = set(_words(query))
-        for file_id, chunk in candidates:
-            key = (file_id, chunk.position)
-            if embedding is not None:
-                cosine = sum(a * b for a, b in zip(embedding, chunk.embedding, strict=False))
-                semantic[key] = max(0.0, min(1.0, (1.0 + cosine) / 2))
-            words = set(_words(chunk.text))
-            if terms and terms & words:
-                keyword[key] = len(terms & words) / len(terms)
-        if ranker == "semantic":
-            scores = semantic
-        elif ranker == "keyword":
-            scores = keyword
-        else:
-            scores = {}
-            for ranking in (semantic, keyword):
-                ordered = sorted(ranking, key=lambda k: -ranking[k])
-                for rank, key in enumerate(ordered):
-                    scores[key] = scores.get(key, 0.0) + 1.0 / (60 + rank + 1)
-            top = 2.0 / 61
-            scores = {k: v / top for k, v in scores.items()}
-        texts = {(f, c.position): c.text for f, c in candidates}
-        best = sorted(scores, key=lambda k: -scores[k])[:limit]
-        return [
-            SearchHit(file_id=k[0], position=k[1], text=texts[k], score=scores[k]) for k in best
+
+    async def semantic(
+        self,
+        vector_store_id: str,
+        embedding: list[float],
+        limit: int,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        scored = [
+            SearchHit(
+                file_id,
+                chunk.position,
+                chunk.text,
+                semantic_score(sum(a * b for a, b in zip(embedding, chunk.embedding, strict=True))),
+            )
+            for file_id, chunk in self._candidates(vector_store_id, file_ids)
+            if len(chunk.embedding) == len(embedding)
         ]
+        return sorted(scored, key=lambda hit: -hit.score)[:limit]
+
+    async def keyword(
+        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+    ) -> list[SearchHit]:
+        phrases = [tuple(_tokens(term)) for term in query_terms(query)]
+        phrases = [phrase for phrase in phrases if phrase]
+        candidates = self._candidates(vector_store_id, file_ids)
+        documents = [_tokens(chunk.text) for _, chunk in candidates]
+        counts = [[_occurrences(phrase, tokens) for phrase in phrases] for tokens in documents]
+        total = len(candidates)
+        average = sum(len(tokens) for tokens in documents) / total if total else 0.0
+        frequency = [sum(1 for row in counts if row[i]) for i in range(len(phrases))]
+        hits: list[SearchHit] = []
+        for (file_id, chunk), tokens, row in zip(candidates, documents, counts, strict=True):
+            if not any(row):
+                continue
+            relevance = 0.0
+            for i, found in enumerate(row):
+                if found:  # BM25 (k1 = 1.2, b = 0.75)
+                    idf = math.log(1 + (total - frequency[i] + 0.5) / (frequency[i] + 0.5))
+                    norm = 1.2 * (0.25 + 0.75 * len(tokens) / (average or 1.0))
+                    relevance += idf * found * 2.2 / (found + norm)
+            hits.append(SearchHit(file_id, chunk.position, chunk.text, keyword_score(relevance)))
+        return sorted(hits, key=lambda hit: -hit.score)[:limit]
+
+
+def _occurrences(phrase: tuple[str, ...], tokens: list[str]) -> int:
+    size = len(phrase)
+    return sum(1 for i in range(len(tokens) - size + 1) if tuple(tokens[i : i + size]) == phrase)
 
 
 class FakeEmbedder:

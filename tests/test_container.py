@@ -29,7 +29,7 @@ import pytest
 import yaml
 
 from app.cli import build_parser
-from app.retrieval.embeddings import local_embeddings_installed
+from app.files.embeddings import local_embeddings_installed
 from app.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent

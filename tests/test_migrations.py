@@ -24,10 +24,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.core.ports import IndexedChunk
-from app.retrieval.index_choice import open_vector_index
-from app.retrieval.pg_array_index import PgArrayIndex
-from app.retrieval.pg_index import PgVectorIndex
+from app.files.ports import IndexedChunk
 from app.settings import Settings, load_settings
 from app.store import tables
 from app.store.engine import create_engine_for
@@ -46,6 +43,9 @@ from app.store.migrate import (
     upgrade_to_head,
 )
 from app.store.pgvector import read_pgvector_state
+from app.store.vector_index.choice import open_vector_index
+from app.store.vector_index.pg_array import PgArrayIndex
+from app.store.vector_index.pg_vector import PgVectorIndex
 from tests.helpers import free_port
 from tests.postgres import throwaway_database
 

@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
-from app.core.files import FilesService
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
-from app.core.vector_stores import VectorStoresService
+from app.files.files import FilesService
+from app.files.vector_stores import VectorStoresService
 from app.settings import Settings
 
 

@@ -1,7 +1,7 @@
 """``SqlFileStore``: the ``FileStore`` port on SQLAlchemy Core (SQLite or PostgreSQL).
 
 Metadata only: a file's bytes live in a ``BlobStore`` (``store.blobs``) and the chunks of a
-vector store's files in the ``VectorIndex`` (``app.retrieval``), which deletes them itself.
+vector store's files in the ``VectorIndex`` (``app.store.vector_index``), which deletes them itself.
 
 - Lists page like OpenAI's list endpoints: ordered by ``created_at`` then id (descending for
   ``order="desc"``), ``after`` is the id of the last object of the previous page
@@ -35,8 +35,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
 from app.core.store_errors import UnknownCursorError
+from app.files.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
 from app.store.engine import SQLITE_BEGIN
 from app.store.tables import files, vector_store_file_batches, vector_store_files, vector_stores
 

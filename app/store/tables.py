@@ -106,7 +106,7 @@ Index(None, responses.c.conversation_id)
 # ------------------------------------------------------------------ files and vector stores
 #
 # No foreign keys: ``SqlFileStore`` deletes a file's or a vector store's rows itself, and the
-# chunks belong to the vector index (``app.retrieval``), which deletes them on its own.
+# chunks belong to the vector index (``app.store.vector_index``), which deletes them on its own.
 
 files = Table(
     "files",
@@ -203,7 +203,7 @@ chunks = Table(
     sqlite_autoincrement=True,
 )
 
-# The embedded index (``app.retrieval.sqlite_index``) caches each vector store's embedding
+# The embedded index (``app.store.vector_index.sqlite``) caches each vector store's embedding
 # matrix in memory; every write to a store's chunks sets a new random ``version`` for it in
 # the same transaction, so a process sees with one primary-key read whether its copy is
 # current, whoever wrote (several processes may share one SQLite file).

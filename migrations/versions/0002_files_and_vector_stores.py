@@ -8,7 +8,7 @@ The chunk index differs by dialect:
 - SQLite: ``chunks.embedding`` is a BLOB (float32 little-endian, L2-normalized) and the text is
   indexed by an external-content FTS5 table ``chunks_fts`` kept in sync by triggers.
 - PostgreSQL: needs no extension. ``chunks.embedding`` is a ``real[]`` (searched exactly in
-  the gateway, ``app.retrieval.pg_array_index``), kept in the row (``SET STORAGE MAIN``), and
+  the gateway, ``app.store.vector_index.pg_array``), kept in the row (``SET STORAGE MAIN``), and
   a generated ``tsv tsvector`` column (``to_tsvector('simple', text)``) with a GIN index
   serves full-text search. Where the server has pgvector, ``respgate migrate`` then switches
   ``chunks.embedding`` to pgvector's ``vector`` (``app.store.pgvector``, after the revisions,

@@ -36,7 +36,7 @@ def test_files_work_and_search_says_which_embedding_setting_is_missing(
         upstream_url="http://127.0.0.1:9/v1",
         embeddings_provider="upstream",
     )
-    caplog.set_level("INFO", logger="app.retrieval.index_choice")
+    caplog.set_level("INFO", logger="app.store.vector_index.choice")
     with TestClient(create_app(settings, upstream=FakeUpstream(body=ANSWER))) as client:
         uploaded = client.post(
             "/v1/files",

@@ -29,16 +29,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.errors import install_error_handlers
 from app.api.routes import files as files_routes
 from app.api.routes import vector_stores as vector_stores_routes
-from app.core.files import FilesService
-from app.core.ports import BlobStore, FileStore, VectorIndex
-from app.core.vector_stores import VectorStoresService
+from app.files.files import FilesService
+from app.files.ports import BlobStore, FileStore, VectorIndex
+from app.files.vector_stores import VectorStoresService
 from app.protocol.json_types import JsonObject
-from app.retrieval.index_choice import open_vector_index
 from app.settings import Settings
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database, upgrade_to_head
+from app.store.vector_index.choice import open_vector_index
 from tests.fakes import (
     FakeClock,
     FakeEmbedder,
@@ -154,7 +154,7 @@ async def file_gateway(
         embedder, clock = FakeEmbedder(), FakeClock()
         vector_stores = VectorStoresService(store, blobs, index, embedder, clock)
         stack.push_async_callback(vector_stores.aclose)
-        files = FilesService(store, blobs, clock, detacher=vector_stores)
+        files = FilesService(store, blobs, clock, detacher=vector_stores.store_files)
         settings = Settings(data_dir=data_dir)
         app = build_app(FileSearchState(settings, files, vector_stores))
         transport = httpx.ASGITransport(app=app)

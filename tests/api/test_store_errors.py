@@ -18,9 +18,10 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
-from app.core.files import FilesService
-from app.core.ports import NewResponse, Page, StoredFile, StoredVectorStore, StoredVectorStoreFile
-from app.core.vector_stores import VectorStoresService
+from app.core.ports import NewResponse, Page
+from app.files.files import FilesService
+from app.files.ports import StoredFile, StoredVectorStore, StoredVectorStoreFile
+from app.files.vector_stores import VectorStoresService
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
@@ -263,7 +264,7 @@ def test_conversation_deleted_during_a_response(
 async def files_app(store: FaultyFileStore, data_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     clock, blobs = FakeClock(), MemoryBlobStore()
     vector_stores = VectorStoresService(store, blobs, MemoryVectorIndex(), FakeEmbedder(), clock)
-    files = FilesService(store, blobs, clock, detacher=vector_stores)
+    files = FilesService(store, blobs, clock, detacher=vector_stores.store_files)
     app = build_app(FileSearchState(Settings(data_dir=data_dir), files, vector_stores))
     transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
     try:

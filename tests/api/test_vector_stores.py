@@ -13,8 +13,8 @@ from typing import Any
 import openai
 import pytest
 
+from app.files.embeddings import EmbeddingsUnavailableError
 from app.protocol.json_types import JsonObject
-from app.retrieval.embeddings import EmbeddingsUnavailableError
 from tests.api.test_files import (
     BACKENDS,
     FileGateway,

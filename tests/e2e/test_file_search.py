@@ -17,10 +17,10 @@ import httpx
 import openai
 import pytest
 
+from app.files.embeddings import local_embeddings_installed
 from app.main import create_app
 from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
-from app.retrieval.embeddings import local_embeddings_installed
 from app.settings import Settings
 from tests.fakes import ScriptedUpstream, function_call, message
 from tests.helpers import serve_in_thread, without_parsed

@@ -18,8 +18,8 @@ from starlette.responses import Response
 from starlette.types import Message
 
 from app.api.replies import json_reply, list_reply
-from app.core.files import FilesService
 from app.errors import InvalidRequestError, RequestTooLargeError
+from app.files.files import FilesService
 
 router = APIRouter()
 

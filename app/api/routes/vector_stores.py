@@ -10,11 +10,10 @@ from starlette.responses import Response
 from app.api.body import validate
 from app.api.pagination import page_params
 from app.api.replies import json_reply, list_reply, request_object
-from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.errors import InvalidRequestError
-from app.protocol.conversations import reject_unknown_fields
-from app.protocol.metadata import check_metadata
-from app.protocol.vector_stores import (
+from app.files.attach import FileEntry
+from app.files.paging import Cursor
+from app.files.requests import (
     CreateFileBatchRequest,
     CreateVectorStoreFileRequest,
     CreateVectorStoreRequest,
@@ -23,6 +22,9 @@ from app.protocol.vector_stores import (
     UpdateVectorStoreRequest,
     check_attributes,
 )
+from app.files.vector_stores import VectorStoresService
+from app.protocol.conversations import reject_unknown_fields
+from app.protocol.metadata import check_metadata
 
 router = APIRouter()
 
@@ -63,7 +65,7 @@ async def create_vector_store(request: Request) -> Response:
     parsed = validate(CreateVectorStoreRequest, body)
     metadata = check_metadata(parsed.metadata, "metadata")
     # ``description`` is accepted (OpenAI's SDK sends it) but not part of the object.
-    created = await _service(request).create(
+    created = await _service(request).stores.create(
         name=parsed.name,
         metadata=metadata,
         expires_after=parsed.expires_after.model_dump() if parsed.expires_after else None,
@@ -75,12 +77,12 @@ async def create_vector_store(request: Request) -> Response:
 
 @router.get("/v1/vector_stores")
 async def list_vector_stores(request: Request) -> Response:
-    return list_reply(await _service(request).list_stores(_cursor(request)))
+    return list_reply(await _service(request).stores.list_stores(_cursor(request)))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}")
 async def get_vector_store(request: Request, vector_store_id: str) -> Response:
-    return json_reply(await _service(request).get(vector_store_id))
+    return json_reply(await _service(request).stores.get(vector_store_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}")
@@ -96,20 +98,20 @@ async def update_vector_store(request: Request, vector_store_id: str) -> Respons
     if "expires_after" in parsed.model_fields_set:
         expires = parsed.expires_after
         changes["expires_after"] = expires.model_dump() if expires else None
-    return json_reply(await _service(request).update(vector_store_id, changes))
+    return json_reply(await _service(request).stores.update(vector_store_id, changes))
 
 
 @router.delete("/v1/vector_stores/{vector_store_id}")
 async def delete_vector_store(request: Request, vector_store_id: str) -> Response:
-    return json_reply(await _service(request).delete(vector_store_id))
+    return json_reply(await _service(request).stores.delete(vector_store_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/search")
 async def search_vector_store(request: Request, vector_store_id: str) -> Response:
     body = await request_object(request)
     reject_unknown_fields(SearchRequest, body)
-    validate(SearchRequest, body)  # precise errors; the service parses the body itself
-    return json_reply(await _service(request).search(vector_store_id, body))
+    parsed = validate(SearchRequest, body)  # parsed once, with precise errors
+    return json_reply(await _service(request).searcher.search(vector_store_id, parsed))
 
 
 # ---------------------------------------------------------------------------- files of a store
@@ -125,12 +127,12 @@ async def create_vector_store_file(request: Request, vector_store_id: str) -> Re
         attributes=check_attributes(parsed.attributes, "attributes"),
         chunking_strategy=parsed.chunking_strategy,
     )
-    return json_reply(await _service(request).add_file(vector_store_id, entry))
+    return json_reply(await _service(request).store_files.add_file(vector_store_id, entry))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files")
 async def list_vector_store_files(request: Request, vector_store_id: str) -> Response:
-    page = await _service(request).list_files(
+    page = await _service(request).store_files.list_files(
         vector_store_id, _cursor(request), status=_status_filter(request)
     )
     return list_reply(page)
@@ -138,7 +140,7 @@ async def list_vector_store_files(request: Request, vector_store_id: str) -> Res
 
 @router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}")
 async def get_vector_store_file(request: Request, vector_store_id: str, file_id: str) -> Response:
-    return json_reply(await _service(request).get_file(vector_store_id, file_id))
+    return json_reply(await _service(request).store_files.get_file(vector_store_id, file_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/files/{file_id}")
@@ -149,21 +151,23 @@ async def update_vector_store_file(
     reject_unknown_fields(UpdateVectorStoreFileRequest, body)
     parsed = validate(UpdateVectorStoreFileRequest, body)
     attributes = check_attributes(parsed.attributes, "attributes")
-    return json_reply(await _service(request).update_file(vector_store_id, file_id, attributes))
+    return json_reply(
+        await _service(request).store_files.update_file(vector_store_id, file_id, attributes)
+    )
 
 
 @router.delete("/v1/vector_stores/{vector_store_id}/files/{file_id}")
 async def delete_vector_store_file(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    return json_reply(await _service(request).remove_file(vector_store_id, file_id))
+    return json_reply(await _service(request).store_files.remove_file(vector_store_id, file_id))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}/content")
 async def vector_store_file_content(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    return json_reply(await _service(request).file_content(vector_store_id, file_id))
+    return json_reply(await _service(request).store_files.file_content(vector_store_id, file_id))
 
 
 # ---------------------------------------------------------------------------- file batches
@@ -174,22 +178,24 @@ async def create_file_batch(request: Request, vector_store_id: str) -> Response:
     body = await request_object(request)
     reject_unknown_fields(CreateFileBatchRequest, body)
     parsed = validate(CreateFileBatchRequest, body)
-    return json_reply(await _service(request).create_batch(vector_store_id, _batch_entries(parsed)))
+    return json_reply(
+        await _service(request).batches.create_batch(vector_store_id, _batch_entries(parsed))
+    )
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}")
 async def get_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    return json_reply(await _service(request).get_batch(vector_store_id, batch_id))
+    return json_reply(await _service(request).batches.get_batch(vector_store_id, batch_id))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel")
 async def cancel_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    return json_reply(await _service(request).cancel_batch(vector_store_id, batch_id))
+    return json_reply(await _service(request).batches.cancel_batch(vector_store_id, batch_id))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files")
 async def list_file_batch_files(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    page = await _service(request).list_batch_files(
+    page = await _service(request).batches.list_batch_files(
         vector_store_id, batch_id, _cursor(request), status=_status_filter(request)
     )
     return list_reply(page)

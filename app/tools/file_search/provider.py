@@ -29,9 +29,10 @@ from app.core.tools import (
     ToolResult,
 )
 from app.errors import GatewayError, InvalidRequestError
+from app.files.filters import validate_filter
+from app.files.requests import SearchRequest, parse_search
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
-from app.retrieval.filters import validate_filter
 
 NAMESPACE = "file_search"
 INCLUDE_RESULTS = "file_search_call.results"
@@ -66,9 +67,9 @@ DESCRIPTION = (
 
 
 class VectorStoreSearch(Protocol):
-    """What file search needs of the vector stores (``core.vector_stores``)."""
+    """What file search needs of the vector stores (``files.search.SearchService``)."""
 
-    async def search(self, vector_store_id: str, body: JsonObject) -> JsonObject:
+    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
         """``POST /v1/vector_stores/{id}/search`` (its page object); raises ``GatewayError``."""
         ...
 
@@ -189,10 +190,14 @@ class FileSearchExecutor:
         for key in ("filters", "ranking_options"):
             if self._tool.get(key) is not None:
                 body[key] = self._tool[key]
+        try:
+            requests = [parse_search({**body, "query": query}) for query in queries]
+        except GatewayError as exc:
+            return self.error_result(call, exc.message, status="failed")
         jobs = [
-            self._search.search(store_id, {**body, "query": query})
+            self._search.search(store_id, request)
             for store_id in self._tool.get("vector_store_ids") or []
-            for query in queries
+            for request in requests
         ]
         try:
             async with asyncio.timeout(timeout):

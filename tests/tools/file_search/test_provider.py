@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from app.core.files import MissingObjectError
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError, NotFoundError
+from app.files.checks import MissingObjectError
+from app.files.requests import SearchRequest
 from app.protocol.json_types import JsonObject
 from app.tools.file_search.provider import FileSearchToolProvider, format_results
 from app.tools.toolkit import GatewayToolKit
@@ -29,7 +30,8 @@ VANISHING = "vs_vanishing"
 
 
 class RecordingSearch:
-    """Answers like ``POST /v1/vector_stores/{id}/search`` and records the bodies it got."""
+    """Answers like ``POST /v1/vector_stores/{id}/search`` and records the requests it got (the
+    fields set)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, JsonObject]] = []
@@ -38,8 +40,8 @@ class RecordingSearch:
         if vector_store_id not in PASSAGES and vector_store_id != VANISHING:
             raise MissingObjectError(f"No vector store found with id '{vector_store_id}'.")
 
-    async def search(self, vector_store_id: str, body: JsonObject) -> JsonObject:
-        self.calls.append((vector_store_id, body))
+    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
+        self.calls.append((vector_store_id, request.model_dump(exclude_unset=True)))
         if vector_store_id not in PASSAGES:
             raise NotFoundError(f"No vector store found with id '{vector_store_id}'.")
         data = [
@@ -51,7 +53,7 @@ class RecordingSearch:
                 "content": [{"type": "text", "text": text}],
             }
             for file_id, filename, score, text, attributes in PASSAGES[vector_store_id]
-        ][: body["max_num_results"]]
+        ][: request.max_num_results]
         return {"object": "vector_store.search_results.page", "data": data, "has_more": False}
 
 

@@ -1,5 +1,5 @@
-"""Ingestion of vector store files (``core.ingest``) and the service that records it
-(``core.vector_stores``), on the in-memory fakes of the ports and the real extraction and
+"""Ingestion of vector store files (``files.ingest``) and the services that record it
+(``files.vector_stores``), on the in-memory fakes of the ports and the real extraction and
 chunking. Tests wait with ``wait_idle`` (or on an embedder gate), never with sleeps."""
 
 from __future__ import annotations
@@ -13,13 +13,22 @@ from typing import Any
 
 import pytest
 
-from app.core.files import FilesService
-from app.core.ingest import IngestOutcome, IngestQueue, chunk_sizes, ingest_file
-from app.core.ports import StoredFile, StoredVectorStoreFile
-from app.core.vector_stores import Cursor, FileEntry, VectorStoresService
 from app.errors import GatewayError, InvalidRequestError
+from app.files.attach import FileEntry
+from app.files.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
+from app.files.files import FilesService
+from app.files.ingest import (
+    IngestOptions,
+    IngestOutcome,
+    IngestQueue,
+    chunk_sizes,
+    ingest_file,
+)
+from app.files.paging import Cursor
+from app.files.ports import StoredFile, StoredVectorStoreFile
+from app.files.requests import parse_search
+from app.files.vector_stores import VectorStoresService
 from app.protocol.json_types import JsonObject
-from app.retrieval.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
 from tests.fakes import (
     FakeClock,
     FakeEmbedder,
@@ -33,6 +42,11 @@ SMALL = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overl
 PAGE = Cursor(after=None, before=None, limit=100, order="asc")
 
 LONG_TEXT = " ".join(f"Sentence number {i} talks about topic {i % 7}." for i in range(300))
+
+
+async def search(vector_stores: VectorStoresService, store_id: str, body: JsonObject) -> JsonObject:
+    """A search as the file_search tool makes one: the body parsed once, then searched."""
+    return await vector_stores.searcher.search(store_id, parse_search(body))
 
 
 def stored(file_id: str, filename: str, data: bytes) -> StoredFile:
@@ -187,7 +201,9 @@ async def test_the_queue_runs_at_most_n_files_at_once() -> None:
     async def finish(store_id: str, file_id: str, outcome: IngestOutcome) -> None:
         setup.outcomes[(store_id, file_id)] = outcome
 
-    queue = IngestQueue(setup.files, setup.blobs, setup.index, embedder, finish, max_concurrency=2)
+    queue = IngestQueue(
+        setup.files, setup.blobs, setup.index, embedder, finish, IngestOptions(concurrency=2)
+    )
     for i in range(5):
         await queue.submit("vs", f"file-{i}", AUTO)
     await embedder.two_running.wait()
@@ -276,13 +292,13 @@ async def services() -> AsyncIterator[Services]:
     store, blobs, index = MemoryFileStore(), MemoryBlobStore(), MemoryVectorIndex()
     embedder, clock = FakeEmbedder(), FakeClock()
     vector_stores = VectorStoresService(store, blobs, index, embedder, clock)
-    files = FilesService(store, blobs, clock, detacher=vector_stores)
+    files = FilesService(store, blobs, clock, detacher=vector_stores.store_files)
     yield Services(store, blobs, index, embedder, clock, files, vector_stores)
     await vector_stores.aclose()
 
 
 async def _new_store(s: Services, file_ids: list[str] | None = None, **kw: Any) -> str:
-    created = await s.vector_stores.create(
+    created = await s.vector_stores.stores.create(
         name=kw.get("name", "docs"),
         metadata={},
         expires_after=kw.get("expires_after"),
@@ -299,7 +315,7 @@ async def test_files_move_from_in_progress_to_completed(services: Services) -> N
     good = await s.upload("herons.txt", "Herons are wading birds of the family Ardeidae.")
     bad = await s.upload("image.png", b"\x89PNG\r\n\x1a\n" + bytes(32))
     store_id = await _new_store(s, [good, bad])
-    store = await s.vector_stores.get(store_id)
+    store = await s.vector_stores.stores.get(store_id)
     assert store["status"] == "in_progress"
     assert store["file_counts"] == {
         "in_progress": 2,
@@ -308,7 +324,7 @@ async def test_files_move_from_in_progress_to_completed(services: Services) -> N
         "cancelled": 0,
         "total": 2,
     }
-    record = await s.vector_stores.get_file(store_id, good)
+    record = await s.vector_stores.store_files.get_file(store_id, good)
     assert (record["status"], record["usage_bytes"], record["last_error"]) == (
         "in_progress",
         0,
@@ -317,15 +333,15 @@ async def test_files_move_from_in_progress_to_completed(services: Services) -> N
     assert record["chunking_strategy"] == AUTO
     gate.set()
     await s.vector_stores.wait_idle()
-    store = await s.vector_stores.get(store_id)
+    store = await s.vector_stores.stores.get(store_id)
     assert store["status"] == "completed"
     assert store["file_counts"]["completed"] == 1
     assert store["file_counts"]["failed"] == 1
-    record = await s.vector_stores.get_file(store_id, good)
+    record = await s.vector_stores.store_files.get_file(store_id, good)
     assert record["status"] == "completed"
     assert record["usage_bytes"] == len(b"Herons are wading birds of the family Ardeidae.")
     assert store["usage_bytes"] == record["usage_bytes"]
-    failed = await s.vector_stores.get_file(store_id, bad)
+    failed = await s.vector_stores.store_files.get_file(store_id, bad)
     assert failed["status"] == "failed"
     assert failed["last_error"]["code"] == "unsupported_file"
 
@@ -336,14 +352,14 @@ async def test_removing_a_file_while_it_is_ingested_leaves_no_chunks(services: S
     s.embedder.gate = gate
     file_id = await s.upload("a.txt", "alpha beta gamma")
     store_id = await _new_store(s)
-    await s.vector_stores.add_file(store_id, FileEntry(file_id, {"k": "v"}))
+    await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"k": "v"}))
     assert s.vector_stores.ingest.is_pending(store_id, file_id)
-    deleted = await s.vector_stores.remove_file(store_id, file_id)
+    deleted = await s.vector_stores.store_files.remove_file(store_id, file_id)
     assert deleted == {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
     gate.set()
     await s.vector_stores.wait_idle()
     assert s.index.chunks == {}
-    assert (await s.vector_stores.get(store_id))["file_counts"]["total"] == 0
+    assert (await s.vector_stores.stores.get(store_id))["file_counts"]["total"] == 0
     assert await s.files.get(file_id)  # the file itself stays
 
 
@@ -354,13 +370,13 @@ async def test_deleting_a_file_detaches_it_from_every_store(services: Services) 
     first = await _new_store(s, [file_id, other])
     second = await _new_store(s, [file_id])
     await s.vector_stores.wait_idle()
-    assert (await s.vector_stores.get(first))["usage_bytes"] == len("alpha beta gamma") + len(
-        "delta epsilon"
-    )
+    assert (await s.vector_stores.stores.get(first))["usage_bytes"] == len(
+        "alpha beta gamma"
+    ) + len("delta epsilon")
     assert await s.files.delete(file_id) == {"id": file_id, "object": "file", "deleted": True}
     assert set(s.index.chunks) == {(first, other)}
     for store_id, total, usage in ((first, 1, len("delta epsilon")), (second, 0, 0)):
-        store = await s.vector_stores.get(store_id)
+        store = await s.vector_stores.stores.get(store_id)
         assert (store["file_counts"]["total"], store["usage_bytes"]) == (total, usage)
     assert s.blobs.blobs.keys() == {other}
 
@@ -371,16 +387,16 @@ async def test_re_adding_a_failed_file_ingests_it_again(services: Services) -> N
     file_id = await s.upload("a.txt", "some words")
     store_id = await _new_store(s, [file_id])
     await s.vector_stores.wait_idle()
-    record = await s.vector_stores.get_file(store_id, file_id)
+    record = await s.vector_stores.store_files.get_file(store_id, file_id)
     assert record["last_error"] == {"code": "server_error", "message": "no model"}
     s.embedder.fail = None
-    again = await s.vector_stores.add_file(store_id, FileEntry(file_id, {"n": 1}))
+    again = await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"n": 1}))
     assert (again["status"], again["attributes"]) == ("in_progress", {"n": 1})
     await s.vector_stores.wait_idle()
-    record = await s.vector_stores.get_file(store_id, file_id)
+    record = await s.vector_stores.store_files.get_file(store_id, file_id)
     assert (record["status"], record["last_error"]) == ("completed", None)
     # A completed file added again is left as it is.
-    same = await s.vector_stores.add_file(store_id, FileEntry(file_id, {"n": 2}))
+    same = await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"n": 2}))
     assert same == record
 
 
@@ -390,12 +406,12 @@ async def test_cancelling_a_batch(services: Services) -> None:
     s.embedder.gate = gate
     ids = [await s.upload(f"{i}.txt", f"text number {i}") for i in range(3)]
     store_id = await _new_store(s)
-    batch = await s.vector_stores.create_batch(
+    batch = await s.vector_stores.batches.create_batch(
         store_id, [FileEntry(file_id, {"i": i}) for i, file_id in enumerate(ids)]
     )
     assert batch["status"] == "in_progress"
     assert batch["file_counts"]["in_progress"] == 3
-    cancelled = await s.vector_stores.cancel_batch(store_id, batch["id"])
+    cancelled = await s.vector_stores.batches.cancel_batch(store_id, batch["id"])
     assert cancelled["status"] == "cancelled"
     assert cancelled["file_counts"] == {
         "in_progress": 0,
@@ -407,9 +423,11 @@ async def test_cancelling_a_batch(services: Services) -> None:
     gate.set()
     await s.vector_stores.wait_idle()
     assert s.index.chunks == {}
-    store = await s.vector_stores.get(store_id)
+    store = await s.vector_stores.stores.get(store_id)
     assert (store["status"], store["file_counts"]["cancelled"]) == ("completed", 3)
-    page = await s.vector_stores.list_batch_files(store_id, batch["id"], PAGE, status="cancelled")
+    page = await s.vector_stores.batches.list_batch_files(
+        store_id, batch["id"], PAGE, status="cancelled"
+    )
     assert sorted(item["id"] for item in page.items) == sorted(ids)
 
 
@@ -418,13 +436,17 @@ async def test_search_filters_by_attributes_and_touches_the_store(services: Serv
     herons = await s.upload("herons.txt", "Herons are wading birds that eat fish.")
     trains = await s.upload("trains.txt", "Steam trains ran on coal and water.")
     store_id = await _new_store(s, expires_after={"anchor": "last_active_at", "days": 2})
-    await s.vector_stores.add_file(store_id, FileEntry(herons, {"kind": "bird", "year": 2020}))
-    await s.vector_stores.add_file(store_id, FileEntry(trains, {"kind": "machine", "year": 1890}))
+    await s.vector_stores.store_files.add_file(
+        store_id, FileEntry(herons, {"kind": "bird", "year": 2020})
+    )
+    await s.vector_stores.store_files.add_file(
+        store_id, FileEntry(trains, {"kind": "machine", "year": 1890})
+    )
     await s.vector_stores.wait_idle()
-    created = await s.vector_stores.get(store_id)
+    created = await s.vector_stores.stores.get(store_id)
     s.clock.advance(3600)
 
-    page = await s.vector_stores.search(store_id, {"query": "birds that eat fish"})
+    page = await search(s.vector_stores, store_id, {"query": "birds that eat fish"})
     assert page["object"] == "vector_store.search_results.page"
     assert page["search_query"] == ["birds that eat fish"]
     assert (page["has_more"], page["next_page"]) == (False, None)
@@ -436,11 +458,12 @@ async def test_search_filters_by_attributes_and_touches_the_store(services: Serv
     ]
     assert 0 <= page["data"][-1]["score"] <= page["data"][0]["score"] <= 1
 
-    touched = await s.vector_stores.get(store_id)
+    touched = await s.vector_stores.stores.get(store_id)
     assert touched["last_active_at"] == created["last_active_at"] + 3600
     assert touched["expires_at"] == touched["last_active_at"] + 2 * 86400
 
-    page = await s.vector_stores.search(
+    page = await search(
+        s.vector_stores,
         store_id,
         {
             "query": ["birds", "fish"],
@@ -453,20 +476,22 @@ async def test_search_filters_by_attributes_and_touches_the_store(services: Serv
     assert s.index.searches[-1]["ranker"] == "hybrid"
     assert page["search_query"] == ["birds", "fish"]
 
-    page = await s.vector_stores.search(
-        store_id, {"query": "fish", "filters": {"type": "eq", "key": "kind", "value": "plant"}}
+    page = await search(
+        s.vector_stores,
+        store_id,
+        {"query": "fish", "filters": {"type": "eq", "key": "kind", "value": "plant"}},
     )
     assert page["data"] == []
 
     calls = len(s.embedder.batches)
-    page = await s.vector_stores.search(
-        store_id, {"query": "coal", "ranking_options": {"ranker": "keyword"}}
+    page = await search(
+        s.vector_stores, store_id, {"query": "coal", "ranking_options": {"ranker": "keyword"}}
     )
     assert len(s.embedder.batches) == calls  # no embedding for keyword search
     assert [hit["file_id"] for hit in page["data"]] == [trains]
 
-    page = await s.vector_stores.search(
-        store_id, {"query": "fish", "ranking_options": {"score_threshold": 1.0}}
+    page = await search(
+        s.vector_stores, store_id, {"query": "fish", "ranking_options": {"score_threshold": 1.0}}
     )
     assert all(hit["score"] >= 1.0 for hit in page["data"])
 
@@ -475,25 +500,25 @@ async def test_search_errors(services: Services) -> None:
     s = services
     store_id = await _new_store(s, expires_after={"anchor": "last_active_at", "days": 1})
     with pytest.raises(InvalidRequestError) as bad:
-        await s.vector_stores.search(store_id, {"query": "x", "max_num_results": 51})
+        await search(s.vector_stores, store_id, {"query": "x", "max_num_results": 51})
     assert bad.value.param == "max_num_results"
     with pytest.raises(InvalidRequestError) as bad:
-        await s.vector_stores.search(store_id, {"query": []})
+        await search(s.vector_stores, store_id, {"query": []})
     assert bad.value.param == "query"
     with pytest.raises(InvalidRequestError) as bad:
-        await s.vector_stores.search(store_id, {"query": "x", "filters": {"type": "eq"}})
+        await search(s.vector_stores, store_id, {"query": "x", "filters": {"type": "eq"}})
     assert (bad.value.param, bad.value.code) == ("filters.key", "missing_required_parameter")
     s.embedder.fail = EmbeddingsUnavailableError("no embedding model")
     with pytest.raises(GatewayError) as unavailable:
-        await s.vector_stores.search(store_id, {"query": "x"})
+        await search(s.vector_stores, store_id, {"query": "x"})
     assert (unavailable.value.status_code, unavailable.value.message) == (
         503,
         "no embedding model",
     )
     s.clock.advance(86400)
-    assert (await s.vector_stores.get(store_id))["status"] == "expired"
+    assert (await s.vector_stores.stores.get(store_id))["status"] == "expired"
     with pytest.raises(InvalidRequestError) as expired:
-        await s.vector_stores.search(store_id, {"query": "x"})
+        await search(s.vector_stores, store_id, {"query": "x"})
     assert expired.value.message == f"Vector store '{store_id}' has expired."
 
 
@@ -504,13 +529,15 @@ async def test_resume_pending_ingests_what_a_previous_run_left(services: Service
     file_id = await s.upload("a.txt", "resumable text")
     store_id = await _new_store(s, [file_id])
     await s.vector_stores.aclose()  # the "previous run" stops mid-ingestion
-    assert (await s.vector_stores.get_file(store_id, file_id))["status"] == "in_progress"
+    assert (await s.vector_stores.store_files.get_file(store_id, file_id))[
+        "status"
+    ] == "in_progress"
 
     restarted = VectorStoresService(s.store, s.blobs, s.index, FakeEmbedder(), s.clock)
     try:
         assert await restarted.resume_pending() == 1
         await restarted.wait_idle()
-        assert (await restarted.get_file(store_id, file_id))["status"] == "completed"
+        assert (await restarted.store_files.get_file(store_id, file_id))["status"] == "completed"
         assert await restarted.resume_pending() == 0
     finally:
         await restarted.aclose()
@@ -522,7 +549,7 @@ async def test_deleting_a_store_stops_its_ingestion(services: Services) -> None:
     s.embedder.gate = gate
     file_id = await s.upload("a.txt", "text")
     store_id = await _new_store(s, [file_id])
-    assert await s.vector_stores.delete(store_id) == {
+    assert await s.vector_stores.stores.delete(store_id) == {
         "id": store_id,
         "object": "vector_store.deleted",
         "deleted": True,
@@ -591,8 +618,8 @@ async def test_scans_page_through_many_stores_and_files(services: Services) -> N
     many = store_ids[0]
     for i in range(1, 151):
         await s.store.put_vector_store_file(_completed(many, f"file-{i:04d}", {"n": i}))
-    await s.vector_stores.search(
-        many, {"query": "x", "filters": {"type": "gt", "key": "n", "value": 0}}
+    await search(
+        s.vector_stores, many, {"query": "x", "filters": {"type": "gt", "key": "n", "value": 0}}
     )
     assert len(s.index.searches[-1]["file_ids"]) == 150
     await s.files.delete(file_id)

@@ -2,17 +2,20 @@
 
 As with conversations, these requests end at the gateway: an unknown top-level field is a 400.
 ``metadata`` is checked by ``protocol.metadata.check_metadata``, ``attributes`` by
-``check_attributes`` here, ``chunking_strategy`` by ``retrieval.chunking`` and ``filters`` by
-``retrieval.filters`` (they stay loosely typed in the models so that those checks answer with
-OpenAI's messages).
+``check_attributes`` here, ``chunking_strategy`` by ``files.chunking`` and ``filters`` by
+``files.filters`` (they stay loosely typed in the models so that those checks answer with
+OpenAI's messages). A search body is parsed once into ``SearchRequest``: by the route (with its
+precise errors) or, for the file_search tool's calls, by ``parse_search``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from app.errors import InvalidRequestError
+from app.protocol.json_types import JsonObject
 from app.protocol.metadata import check_pairs
 
 Attributes = dict[str, str | float | bool]
@@ -128,3 +131,16 @@ def check_attributes(attributes: Any, param: str) -> Attributes:
         attributes, param, (str, int, float, bool), "one of a string, a number or a boolean"
     )
     return checked
+
+
+def parse_search(body: JsonObject) -> SearchRequest:
+    """A search body built by the gateway (the file_search tool's calls) as ``SearchRequest``;
+    a 400 naming the field when it does not fit."""
+    try:
+        return SearchRequest.model_validate(body, strict=True)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False)[0]
+        param = ".".join(str(part) for part in error["loc"]) or "body"
+        raise InvalidRequestError(
+            f"Invalid value for '{param}': {error['msg']}.", param=param, code="invalid_value"
+        ) from None

@@ -1,5 +1,11 @@
-"""``SqlFileStore`` (files, vector stores, their files and batches) on SQLite and PostgreSQL,
-and ``DiskBlobStore``."""
+"""The contract of the ``FileStore`` port (files, vector stores, their files and batches) and
+of the ``BlobStore`` port: the same tests on every implementation.
+
+FileStore: the in-memory fake (``tests.fakes.MemoryFileStore``), ``SqlFileStore`` on SQLite
+(schema built by the migrations) and on PostgreSQL (the session's scratch schema; skipped
+without a server unless ``CI`` is set). BlobStore: ``MemoryBlobStore`` and ``DiskBlobStore``
+(plus the disk's own guarantees: whole writes, safe ids).
+"""
 
 from __future__ import annotations
 
@@ -12,20 +18,32 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.core.ports import StoredFile, StoredFileBatch, StoredVectorStore, StoredVectorStoreFile
 from app.core.store_errors import UnknownCursorError
+from app.files.ports import (
+    BlobStore,
+    FileStore,
+    StoredFile,
+    StoredFileBatch,
+    StoredVectorStore,
+    StoredVectorStoreFile,
+)
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for, create_schema
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import upgrade_to_head
+from tests.fakes import MemoryBlobStore, MemoryFileStore
 from tests.store.conftest import Postgres, _in_schema
 
 TABLES = "files, vector_stores, vector_store_files, vector_store_file_batches"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-async def files(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[SqlFileStore]:
-    """SQLite: schema built by the migrations; PostgreSQL: the session's scratch schema."""
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
+async def files(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[FileStore]:
+    """Memory: the fake; SQLite: schema built by the migrations; PostgreSQL: the session's
+    scratch schema."""
+    if request.param == "memory":
+        yield MemoryFileStore()
+        return
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
         await upgrade_to_head(url)
@@ -93,7 +111,7 @@ def a_store_file(
 # --- files ------------------------------------------------------------------------------------
 
 
-async def test_file_round_trip(files: SqlFileStore) -> None:
+async def test_file_round_trip(files: FileStore) -> None:
     stored = a_file("file-1", expires_at=1_800_000_000, bytes=3 * 2**31, filename="ü ☃.pdf")
     await files.add_file(stored)
 
@@ -102,7 +120,7 @@ async def test_file_round_trip(files: SqlFileStore) -> None:
     assert (await files.get_file("file-1")).to_object()["bytes"] == 3 * 2**31  # type: ignore[union-attr]
 
 
-async def test_list_files_pages_like_openai(files: SqlFileStore) -> None:
+async def test_list_files_pages_like_openai(files: FileStore) -> None:
     # two share a created_at: the id breaks the tie
     for file_id, created_at, purpose in [
         ("file-a", 10, "assistants"),
@@ -129,7 +147,7 @@ async def test_list_files_pages_like_openai(files: SqlFileStore) -> None:
         await ids(after="file-unknown")
 
 
-async def test_delete_file_detaches_it_from_vector_stores(files: SqlFileStore) -> None:
+async def test_delete_file_detaches_it_from_vector_stores(files: FileStore) -> None:
     await files.add_file(a_file("file-1"))
     await files.add_file(a_file("file-2"))
     for store_id in ("vs_1", "vs_2"):
@@ -150,7 +168,7 @@ async def test_delete_file_detaches_it_from_vector_stores(files: SqlFileStore) -
 # --- vector stores ----------------------------------------------------------------------------
 
 
-async def test_vector_store_round_trip_and_update(files: SqlFileStore) -> None:
+async def test_vector_store_round_trip_and_update(files: FileStore) -> None:
     store = a_store(
         "vs_1",
         expires_after={"anchor": "last_active_at", "days": 7},
@@ -178,7 +196,7 @@ async def test_vector_store_round_trip_and_update(files: SqlFileStore) -> None:
     assert await files.get_vector_store("vs_1") == changed
 
 
-async def test_list_vector_stores(files: SqlFileStore) -> None:
+async def test_list_vector_stores(files: FileStore) -> None:
     for store_id, created_at in [("vs_a", 1), ("vs_b", 2), ("vs_c", 2), ("vs_d", 3)]:
         await files.create_vector_store(a_store(store_id, created_at))
 
@@ -194,7 +212,7 @@ async def test_list_vector_stores(files: SqlFileStore) -> None:
         await ids(after="vs_unknown")
 
 
-async def test_delete_vector_store_deletes_its_files_and_batches(files: SqlFileStore) -> None:
+async def test_delete_vector_store_deletes_its_files_and_batches(files: FileStore) -> None:
     await files.add_file(a_file("file-1"))
     for store_id in ("vs_1", "vs_2"):
         await files.create_vector_store(a_store(store_id))
@@ -218,7 +236,7 @@ async def test_delete_vector_store_deletes_its_files_and_batches(files: SqlFileS
 # --- vector store files -------------------------------------------------------------------------
 
 
-async def test_put_vector_store_file_inserts_then_replaces(files: SqlFileStore) -> None:
+async def test_put_vector_store_file_inserts_then_replaces(files: FileStore) -> None:
     record = a_store_file("vs_1", "file-1", attributes={"author": "ann", "year": 2024})
     await files.put_vector_store_file(record)
     assert await files.get_vector_store_file("vs_1", "file-1") == record
@@ -239,7 +257,7 @@ async def test_put_vector_store_file_inserts_then_replaces(files: SqlFileStore) 
     assert await files.get_vector_store_file("vs_1", "file-1") is None
 
 
-async def test_list_vector_store_files(files: SqlFileStore) -> None:
+async def test_list_vector_store_files(files: FileStore) -> None:
     for file_id, created_at, status in [
         ("file-a", 1, "completed"),
         ("file-b", 2, "in_progress"),
@@ -275,7 +293,7 @@ async def test_list_vector_store_files(files: SqlFileStore) -> None:
     assert (await files.file_counts("vs_none"))["total"] == 0
 
 
-async def test_file_batches(files: SqlFileStore) -> None:
+async def test_file_batches(files: FileStore) -> None:
     batch = StoredFileBatch("vsfb_1", "vs_1", 100, "in_progress", ["file-2", "file-1"])
     await files.put_file_batch(batch)
     assert await files.get_file_batch("vs_1", "vsfb_1") == batch
@@ -287,14 +305,23 @@ async def test_file_batches(files: SqlFileStore) -> None:
     assert await files.get_file_batch("vs_1", "vsfb_1") == done
 
 
-# --- blobs ------------------------------------------------------------------------------------
+# --- blobs (the BlobStore contract, then the disk's own guarantees) ----------------------------
 
 
-async def test_disk_blob_store(tmp_path: Path) -> None:
-    root = tmp_path / "data" / "files"
-    blobs = DiskBlobStore(root)
+@pytest.fixture(params=["memory", "disk"])
+async def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[BlobStore]:
+    """Memory: the fake; disk: ``DiskBlobStore`` under a directory not created yet."""
+    store: BlobStore = (
+        MemoryBlobStore() if request.param == "memory" else DiskBlobStore(tmp_path / "files")
+    )
+    try:
+        yield store
+    finally:
+        await store.aclose()
 
-    assert await blobs.get("file-1") is None  # no directory yet
+
+async def test_blob_round_trip(blobs: BlobStore) -> None:
+    assert await blobs.get("file-1") is None  # nothing stored yet
     await blobs.delete("file-1")  # nothing to delete: fine
 
     await blobs.put("file-1", b"\x00first")
@@ -303,10 +330,27 @@ async def test_disk_blob_store(tmp_path: Path) -> None:
     assert await blobs.get("file-2") == b""
     await blobs.put("file-1", b"second")
     assert await blobs.get("file-1") == b"second"
-    assert sorted(os.listdir(root)) == ["file-1", "file-2"]  # no temporary file left
 
     await blobs.delete("file-1")
     assert await blobs.get("file-1") is None
+    assert await blobs.get("file-2") == b""
+
+
+async def test_blob_keeps_its_own_copy(blobs: BlobStore) -> None:
+    data = bytearray(b"original")
+    await blobs.put("file-1", data)  # type: ignore[arg-type]  # a caller's buffer
+    data[:] = b"changed!"
+    assert await blobs.get("file-1") == b"original"
+
+
+async def test_disk_blob_store_leaves_only_its_blobs(tmp_path: Path) -> None:
+    root = tmp_path / "data" / "files"
+    blobs = DiskBlobStore(root)
+    await blobs.put("file-1", b"first")
+    await blobs.put("file-2", b"")
+    await blobs.put("file-1", b"second")
+    assert sorted(os.listdir(root)) == ["file-1", "file-2"]  # no temporary file left
+    await blobs.delete("file-1")
     assert sorted(os.listdir(root)) == ["file-2"]
 
 
@@ -332,7 +376,7 @@ async def test_disk_blob_store_refuses_unsafe_ids(tmp_path: Path, file_id: str) 
     assert not (tmp_path / "files").exists()
 
 
-async def test_existing_file_ids_is_one_read_of_many(files: SqlFileStore) -> None:
+async def test_existing_file_ids_is_one_read_of_many(files: FileStore) -> None:
     for file_id in ("file-a", "file-b"):
         await files.add_file(a_file(file_id))
     assert await files.existing_file_ids([]) == set()
@@ -341,7 +385,7 @@ async def test_existing_file_ids_is_one_read_of_many(files: SqlFileStore) -> Non
 
 
 async def test_named_vector_store_files_reads_records_and_names_at_once(
-    files: SqlFileStore,
+    files: FileStore,
 ) -> None:
     await files.create_vector_store(a_store("vs-1"))
     await files.create_vector_store(a_store("vs-2"))

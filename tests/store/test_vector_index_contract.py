@@ -1,7 +1,9 @@
-"""The vector indexes (``SqliteVectorIndex``, ``PgArrayIndex``, ``PgVectorIndex``) through the
-``VectorIndex`` port.
+"""The contract of the ``VectorIndex`` port: the same tests on every implementation (the
+in-memory fake ``tests.fakes.MemoryVectorIndex``, ``SqliteVectorIndex``, ``PgArrayIndex``,
+``PgVectorIndex``), then each index's own checks.
 
-Every test runs on each index: SQLite (a file, schema built by the Alembic migrations), and on
+Every contract test runs on each index: the fake (two fakes sharing their chunks stand for two
+processes on one database), SQLite (a file, schema built by the Alembic migrations), and on
 PostgreSQL (scratch schemas built by ``create_schema``; skipped without a server unless ``CI``
 is set) ``PgArrayIndex`` over ``real[]`` embeddings (what a server without pgvector gets, run
 on any server) and ``PgVectorIndex`` (skipped where the server has no pgvector). Vectors come from a
@@ -26,15 +28,16 @@ import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import IndexedChunk, SearchHit, VectorIndex
-from app.retrieval.fusion import query_terms, reciprocal_rank_fusion
-from app.retrieval.index_choice import open_vector_index
-from app.retrieval.pg_array_index import PgArrayIndex
-from app.retrieval.pg_index import PgVectorIndex
-from app.retrieval.sqlite_index import SqliteVectorIndex
+from app.files.fusion import query_terms, reciprocal_rank_fusion
+from app.files.ports import IndexedChunk, SearchHit, VectorIndex
 from app.store.engine import create_engine_for, create_schema
 from app.store.migrate import upgrade_to_head
 from app.store.pgvector import PgVectorState, read_pgvector_state
+from app.store.vector_index.choice import open_vector_index
+from app.store.vector_index.pg_array import PgArrayIndex
+from app.store.vector_index.pg_vector import PgVectorIndex
+from app.store.vector_index.sqlite import SqliteVectorIndex
+from tests.fakes import MemoryVectorIndex
 from tests.postgres import POSTGRES_URL, throwaway_database
 from tests.store.conftest import Postgres, _in_schema, scratch_schema
 
@@ -114,13 +117,17 @@ async def _prepare_postgres(pg: Postgres, *, pgvector: bool) -> PgVectorState:
         await setup.dispose()
 
 
-@pytest.fixture(params=["sqlite", "sqlite_no_inline", "postgres", "pgvector"])
+@pytest.fixture(params=["memory", "sqlite", "sqlite_no_inline", "postgres", "pgvector"])
 async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[IndexBackend]:
-    """``sqlite``: small reads inline (the default); ``sqlite_no_inline``: all through
-    aiosqlite, as when the database is busy; ``postgres``: ``PgArrayIndex`` (real[], no
-    pgvector); ``pgvector``: ``PgVectorIndex``."""
+    """``memory``: the fake; ``sqlite``: small reads inline (the default);
+    ``sqlite_no_inline``: all through aiosqlite, as when the database is busy; ``postgres``:
+    ``PgArrayIndex`` (real[], no pgvector); ``pgvector``: ``PgVectorIndex``."""
     engines: list[AsyncEngine] = []
     sqlite_indexes: list[SqliteVectorIndex] = []
+    if request.param == "memory":
+        memory = MemoryVectorIndex()
+        yield IndexBackend("memory", memory, lambda: MemoryVectorIndex(memory.chunks))
+        return
     if request.param.startswith("sqlite"):
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
         await upgrade_to_head(url)
@@ -309,7 +316,7 @@ async def _check_migrated_index(url: str, caplog: pytest.LogCaptureFixture) -> N
         await upgrade_to_head(url)
         async with engine.connect() as conn:
             state = await conn.run_sync(read_pgvector_state)
-        caplog.set_level("INFO", logger="app.retrieval.index_choice")
+        caplog.set_level("INFO", logger="app.store.vector_index.choice")
         index = await open_vector_index(engine)
         assert isinstance(index, PgVectorIndex if state.available else PgArrayIndex)
         assert state.uses_pgvector == state.available
@@ -552,7 +559,7 @@ async def test_sqlite_schema_from_create_schema(tmp_path: Path) -> None:
 async def test_sqlite_cache_is_patched_by_its_own_writes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from app.retrieval import sqlite_index
+    from app.store.vector_index import sqlite as sqlite_index
 
     loads: list[int] = []
     build = sqlite_index._build_matrix
@@ -672,7 +679,7 @@ async def _corpus(kind: str) -> Corpus:
     queries = _read_jsonl(CORPUS / "queries.jsonl")
     embedder: Any
     if kind == "local":
-        from app.retrieval import embeddings
+        from app.files import embeddings
 
         if not embeddings.local_embeddings_installed():
             pytest.skip("the local embedding model (respgate[embeddings]) is not installed")

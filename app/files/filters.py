@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from app.files.params import ParamError, json_type, missing, reject_unknown, show
 from app.protocol.json_types import JsonObject
-from app.retrieval.params import ParamError, json_type, missing, reject_unknown, show
 
 __all__ = [
     "COMPARISON_TYPES",

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from app.retrieval import extract
-from app.retrieval.extract import (
+from app.files import extract
+from app.files.extract import (
     ExtractionError,
     UnsupportedFileError,
     decode_text,
     extract_text,
     file_kind,
 )
-from tests.retrieval.fixtures import make_fixtures
+from tests.files.fixtures import make_fixtures
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

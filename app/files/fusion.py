@@ -31,7 +31,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from app.core.ports import SearchHit
+from app.files.ports import SearchHit
 
 RRF_K = 60
 RANKERS = ("semantic", "keyword", "hybrid")

@@ -1,8 +1,8 @@
 """FilesService: the Files API (``/v1/files``) over a FileStore (metadata) and a BlobStore (bytes).
 
-Deleting a file also removes it from every vector store (``FileDetacher``, the vector stores'
-service: it cancels the file's ingestion and deletes its chunks) before the store forgets it.
-A file past its ``expires_at`` is deleted when it is next asked for.
+Deleting a file also removes it from every vector store (``FileDetacher``: the vector stores'
+``StoreFilesService``, which cancels the file's ingestion and deletes its chunks) before the
+store forgets it. A file past its ``expires_at`` is deleted when it is next asked for.
 """
 
 from __future__ import annotations
@@ -12,22 +12,16 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from app.core.ids import uuid7_hex
-from app.core.ports import BlobStore, FileStore, Page, StoredFile
+from app.core.ports import Page
 from app.core.store_errors import UnknownCursorError
-from app.errors import CursorNotFoundError, GatewayError, InvalidRequestError
+from app.errors import CursorNotFoundError, InvalidRequestError
+from app.files.checks import file_not_found
+from app.files.ports import BlobStore, FileStore, StoredFile
 from app.protocol.json_types import JsonObject
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
 MIN_EXPIRES_SECONDS = 3600  # 1 hour
 MAX_EXPIRES_SECONDS = 2_592_000  # 30 days
-
-
-class MissingObjectError(GatewayError):
-    """OpenAI's 404 for a file, vector store or batch id that names nothing: a null code."""
-
-    status_code = 404
-    type = "invalid_request_error"
-    code = None
 
 
 class FileDetacher(Protocol):
@@ -118,10 +112,6 @@ class FilesService:
             await self.detacher.forget_file(file_id)
         await self.files.delete_file(file_id)
         await self.blobs.delete(file_id)
-
-
-def file_not_found(file_id: str, param: str = "id") -> MissingObjectError:
-    return MissingObjectError(f"No such File object: {file_id}", param=param)
 
 
 def check_purpose(purpose: str) -> None:

@@ -27,11 +27,11 @@ import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.ports import IndexedChunk, SearchHit
-from app.retrieval import pg_shared
-from app.retrieval.fusion import RankedIndex, semantic_score
-from app.retrieval.pg_shared import DELETE_FILE, DELETE_STORE, IN_FILES, restricted
+from app.files.fusion import RankedIndex, semantic_score
+from app.files.ports import IndexedChunk, SearchHit
 from app.store.pgvector import PGVECTOR_INSTALL_HINT
+from app.store.vector_index import pg_shared
+from app.store.vector_index.pg_shared import DELETE_FILE, DELETE_STORE, IN_FILES, restricted
 
 _EXTENSION_SCHEMA = text(
     "SELECT quote_ident(n.nspname) FROM pg_extension AS e "

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from app.retrieval.chunking import (
+from app.files.chunking import (
     Chunk,
     ChunkingStrategyError,
     chunk_text,

@@ -8,7 +8,7 @@ their text is indexed by the FTS5 table ``chunks_fts``, which triggers keep in s
   sqlite-vec (``bench/index_bench.py``, figures and reasons in bench/README.md, "File search
   index"): a whole search takes ~0.6 ms at 10k and ~11 ms at 100k chunks of 384 dimensions,
   8-16x less than sqlite-vec's vec0 KNN alone, and needs no SQLite extension (the Python here
-  cannot even load one) nor a second copy of the vectors (``app.retrieval.matrix``, shared with
+  cannot even load one) nor a second copy of the vectors (``vector_index.matrix``, shared with
   ``PgArrayIndex``). Products over ``THREAD_MIN_ROWS`` rows run in a worker thread (BLAS
   releases the GIL), not in the event loop.
 - **The cache** holds one matrix per (vector store, dimension), least recently used first out
@@ -20,7 +20,7 @@ their text is indexed by the FTS5 table ``chunks_fts``, which triggers keep in s
   searching does not reload the whole store after each file.
 - **Keyword search** is FTS5 ``MATCH`` with ``bm25()``; the user's query becomes quoted
   phrases OR-ed (``fusion.query_terms``), so no input is FTS5 syntax. **Hybrid** fuses both
-  rankings by reciprocal rank (``fusion.fuse_hits``). Scores: see ``app.retrieval.fusion``.
+  rankings by reciprocal rank (``fusion.fuse_hits``). Scores: see ``app.files.fusion``.
 """
 
 from __future__ import annotations
@@ -37,18 +37,18 @@ from sqlalchemy import Delete, delete, insert, select, text
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.ports import IndexedChunk, SearchHit
-from app.retrieval.fusion import (
+from app.files.fusion import (
     RankedIndex,
     keyword_score,
     query_terms,
     semantic_hits,
 )
-from app.retrieval.matrix import Matrix, MatrixCache, matrix_of, query_vector, top_rows
+from app.files.ports import IndexedChunk, SearchHit
 from app.store import tables
 from app.store.engine import SQLITE_BEGIN, json_dumps
 from app.store.inline import InlineSqliteReader, inline_database_path
 from app.store.tables import chunk_versions
+from app.store.vector_index.matrix import Matrix, MatrixCache, matrix_of, query_vector, top_rows
 
 logger = logging.getLogger(__name__)
 

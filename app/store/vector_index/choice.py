@@ -9,7 +9,7 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.core.ports import VectorIndex
+from app.files.ports import VectorIndex
 from app.store.pgvector import read_pgvector_state
 
 logger = logging.getLogger(__name__)
@@ -18,17 +18,17 @@ logger = logging.getLogger(__name__)
 async def open_vector_index(engine: AsyncEngine) -> VectorIndex:
     """The chunk index in ``engine``'s database (the engine is the caller's)."""
     if engine.dialect.name != "postgresql":
-        from app.retrieval.sqlite_index import SqliteVectorIndex
+        from app.store.vector_index.sqlite import SqliteVectorIndex
 
         return SqliteVectorIndex(engine)
     async with engine.connect() as conn:
         state = await conn.run_sync(read_pgvector_state)
     if state.uses_pgvector:
-        from app.retrieval.pg_index import PgVectorIndex
+        from app.store.vector_index.pg_vector import PgVectorIndex
 
         logger.info("file search index: pgvector (%s)", state.reason())
         return PgVectorIndex(engine)
-    from app.retrieval.pg_array_index import PgArrayIndex
+    from app.store.vector_index.pg_array import PgArrayIndex
 
     log = logger.warning if state.schema is not None or state.available else logger.info
     log(

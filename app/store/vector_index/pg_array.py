@@ -4,7 +4,7 @@ Used where ``chunks.embedding`` is a plain ``real[]`` (a server without pgvector
 ``app.store.pgvector``), so file search works on any PostgreSQL >= 13.
 
 - **Semantic search is exact, in the gateway**, as in ``SqliteVectorIndex``: each vector
-  store's embeddings are loaded once into a numpy matrix (``app.retrieval.matrix``), cached
+  store's embeddings are loaded once into a numpy matrix (``app.store.vector_index.matrix``), cached
   by the store's version in ``chunk_versions`` (one primary-key read per search tells whether
   the copy is current; writes by other gateway processes are seen), and patched by this
   process's own writes. A search is then a matrix-vector product plus a read of the hits'
@@ -31,10 +31,10 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.ports import IndexedChunk, SearchHit
-from app.retrieval import pg_shared
-from app.retrieval.fusion import RankedIndex, semantic_hits
-from app.retrieval.matrix import (
+from app.files.fusion import RankedIndex, semantic_hits
+from app.files.ports import IndexedChunk, SearchHit
+from app.store.vector_index import pg_shared
+from app.store.vector_index.matrix import (
     THREAD_MIN_ROWS,
     FloatArray,
     Matrix,
@@ -43,7 +43,7 @@ from app.retrieval.matrix import (
     query_vector,
     top_rows,
 )
-from app.retrieval.pg_shared import DELETE_FILE, DELETE_STORE
+from app.store.vector_index.pg_shared import DELETE_FILE, DELETE_STORE
 
 logger = logging.getLogger(__name__)
 

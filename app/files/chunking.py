@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import tiktoken
 
+from app.files.params import ParamError, json_type, missing, reject_unknown, show
 from app.protocol.json_types import JsonObject
-from app.retrieval.params import ParamError, json_type, missing, reject_unknown, show
 
 __all__ = [
     "AUTO_CHUNK_OVERLAP_TOKENS",

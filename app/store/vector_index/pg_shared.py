@@ -13,8 +13,8 @@ import orjson
 from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.core.ports import SearchHit
-from app.retrieval.fusion import keyword_score, query_terms
+from app.files.fusion import keyword_score, query_terms
+from app.files.ports import SearchHit
 
 DELETE_FILE = text(
     "DELETE FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id"

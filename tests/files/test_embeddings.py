@@ -17,18 +17,18 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from app.errors import UpstreamHTTPError, UpstreamProtocolError, UpstreamUnreachableError
-from app.retrieval import embeddings
-from app.retrieval.embedder_messages import EXTRA_PACKAGES
-from app.retrieval.embeddings import (
+from app.files import embeddings
+from app.files.embedder_messages import EXTRA_PACKAGES
+from app.files.embeddings import (
     EmbeddingsUnavailableError,
     LocalEmbedder,
     UnavailableEmbedder,
     UpstreamEmbedder,
-    build_embedder,
     bundled_model_path,
     local_embeddings_installed,
     normalize_rows,
 )
+from app.main import build_embedder
 from app.settings import Settings
 from tests.helpers import free_port, serve_in_thread
 
@@ -45,8 +45,8 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 def test_importing_embeddings_does_not_import_torch() -> None:
     code = (
-        "import sys, app.retrieval.embeddings, app.retrieval.chunking, app.retrieval.extract, "
-        "app.retrieval.filters\n"
+        "import sys, app.files.embeddings, app.files.chunking, app.files.extract, "
+        "app.files.filters\n"
         "heavy = [m for m in ('torch', 'sentence_transformers', 'transformers', 'pypdf', 'docx') "
         "if m in sys.modules]\n"
         "assert not heavy, heavy"

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from app.retrieval.filters import FilterError, matches, validate_filter
+from app.files.filters import FilterError, matches, validate_filter
 
 ATTRIBUTES: dict[str, Any] = {
     "author": "ada",

@@ -1,0 +1,61 @@
+"""``VectorStoresService``: the Vector Stores API (``/v1/vector_stores``) over a FileStore, a
+BlobStore, a VectorIndex and an Embedder, as one service per concept sharing one
+``StoreCatalog`` (records, lock, clock) and one ``StoreIngestion`` (the background queue):
+
+- ``stores`` (``files.stores.StoresService``): the vector stores;
+- ``store_files`` (``files.store_files.StoreFilesService``): their files, and a deleted file's
+  removal from every store (the Files API's ``FileDetacher``);
+- ``batches`` (``files.batches.FileBatchesService``): file batches;
+- ``searcher`` (``files.search.SearchService``): search (the file_search tool's too).
+
+This class builds them and owns the ingestion's lifecycle (resume at start-up, wait, close).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from app.files.attach import StoreIngestion
+from app.files.batches import FileBatchesService
+from app.files.catalog import StoreCatalog
+from app.files.ingest import IngestOptions, IngestQueue
+from app.files.ports import BlobStore, Embedder, FileStore, VectorIndex
+from app.files.search import SearchService
+from app.files.store_files import StoreFilesService
+from app.files.stores import StoresService
+
+
+class VectorStoresService:
+    def __init__(
+        self,
+        files: FileStore,
+        blobs: BlobStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        clock: Callable[[], float] = time.time,
+        *,
+        ingest: IngestOptions | None = None,
+    ) -> None:
+        catalog = StoreCatalog(files, index, clock)
+        self._ingestion = StoreIngestion(catalog, blobs, embedder, ingest)
+        self.stores = StoresService(catalog, self._ingestion)
+        self.store_files = StoreFilesService(catalog, self._ingestion)
+        self.batches = FileBatchesService(catalog, self._ingestion)
+        self.searcher = SearchService(catalog, embedder)
+
+    @property
+    def ingest(self) -> IngestQueue:
+        """The background ingestion tasks."""
+        return self._ingestion.queue
+
+    async def resume_pending(self) -> int:
+        """Ingest again the files a previous run left ``in_progress`` (call at startup)."""
+        return await self._ingestion.resume_pending()
+
+    async def wait_idle(self) -> None:
+        """Until no ingestion is pending (for tests and orderly shutdowns)."""
+        await self._ingestion.queue.wait_idle()
+
+    async def aclose(self) -> None:
+        await self._ingestion.queue.aclose()
