@@ -15,7 +15,7 @@ from typing import Any
 from app.core.accumulator import ResponseAccumulator
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
-from app.core.loop import LoopLimits, ToolLoop
+from app.core.loop import LoopLimits, LoopRequest, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
 from app.core.ports import (
@@ -143,15 +143,18 @@ class ResponsesService:
             if prepared.tool_choice is not None:
                 upstream_body["tool_choice"] = prepared.tool_choice
         max_tool_calls = body.get("max_tool_calls")
-        return ToolLoop(
-            upstream=self.upstream,
-            headers=headers,
+        request = LoopRequest(
             upstream_body=upstream_body,
-            prepared=prepared,
-            limits=self.limits,
+            headers=headers,
             stream=stream,
             response_id=response_id,
             max_tool_calls=max_tool_calls if isinstance(max_tool_calls, int) else None,
+        )
+        return ToolLoop(
+            upstream=self.upstream,
+            request=request,
+            prepared=prepared,
+            limits=self.limits,
             tool_events=self.tool_events,
         )
 
