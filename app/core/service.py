@@ -26,7 +26,12 @@ from app.core.ports import (
     Upstream,
     UpstreamEventStream,
 )
-from app.core.response import build_response, normalize_item, normalize_usage
+from app.core.response import (
+    ResponseOutcome,
+    build_response,
+    normalize_item,
+    normalize_usage,
+)
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
@@ -177,10 +182,7 @@ class ResponsesService:
         status = status if status in _FINAL_STATUSES else "completed"
         error = data.get("error")
         details = data.get("incomplete_details")
-        response = build_response(
-            request=body,
-            response_id=response_id,
-            created_at=created_at,
+        outcome = ResponseOutcome(
             status=status,
             output=output,
             upstream=data,
@@ -189,6 +191,7 @@ class ResponsesService:
             incomplete_details=details if isinstance(details, dict) else None,
             completed_at=self._completed_at(status),
         )
+        response = build_response(body, response_id, created_at, outcome)
         await self._persist(body, history, response)
         return response
 
@@ -207,10 +210,7 @@ class ResponsesService:
         finally:
             await loop.aclose()
         status = loop.status or "completed"
-        response = build_response(
-            request=body,
-            response_id=response_id,
-            created_at=created_at,
+        outcome = ResponseOutcome(
             status=status,
             output=loop.output,
             upstream=loop.upstream_response,
@@ -219,6 +219,7 @@ class ResponsesService:
             incomplete_details=loop.incomplete_details,
             completed_at=self._completed_at(status),
         )
+        response = build_response(body, response_id, created_at, outcome)
         await self._persist(body, history, response)
         return response
 
@@ -260,15 +261,10 @@ class ResponsesService:
         lifecycle = ResponseLifecycle()
 
         def snapshot(status: str, **fields: Any) -> JsonObject:
-            return build_response(
-                request=body,
-                response_id=response_id,
-                created_at=created_at,
-                status=status,
-                output=state.output,
-                upstream=state.upstream_response,
-                **fields,
+            outcome = ResponseOutcome(
+                status=status, output=state.output, upstream=state.upstream_response, **fields
             )
+            return build_response(body, response_id, created_at, outcome)
 
         try:
             opening = snapshot("in_progress")
