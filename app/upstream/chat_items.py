@@ -6,6 +6,7 @@ so that both build identical items from the same chat answer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -19,22 +20,28 @@ _INCOMPLETE: dict[str, JsonObject] = {
 }
 
 
+@dataclass(slots=True)
+class ResponseHead:
+    """Who a translated Response object is: its id, creation time and model."""
+
+    response_id: str
+    created_at: int
+    model: Any
+
+
 def response_object(
-    *,
-    response_id: str,
-    created_at: int,
+    head: ResponseHead,
     status: str,
-    model: Any,
     output: list[JsonObject],
     usage: JsonObject | None,
     incomplete_details: JsonObject | None,
 ) -> JsonObject:
     return {
-        "id": response_id,
+        "id": head.response_id,
         "object": "response",
-        "created_at": created_at,
+        "created_at": head.created_at,
         "status": status,
-        "model": model,
+        "model": head.model,
         "output": output,
         "usage": usage,
         "incomplete_details": incomplete_details,

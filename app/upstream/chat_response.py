@@ -17,6 +17,7 @@ from app.errors import UpstreamHTTPError, UpstreamProtocolError
 from app.net.http import error_envelope
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
+    ResponseHead,
     arguments_text,
     error_of,
     function_call_item,
@@ -73,15 +74,12 @@ def to_response(completion: JsonObject, request: JsonObject) -> JsonObject:
     status, incomplete = status_of(choice.get("finish_reason"))
     mark_incomplete(output, status)
     created = completion.get("created")
-    return response_object(
+    head = ResponseHead(
         response_id=new_id("resp"),
         created_at=created if isinstance(created, int) else int(time.time()),
-        status=status,
         model=completion.get("model") or request.get("model"),
-        output=output,
-        usage=usage_of(completion.get("usage")),
-        incomplete_details=incomplete,
     )
+    return response_object(head, status, output, usage_of(completion.get("usage")), incomplete)
 
 
 def _function_call(call: JsonObject) -> JsonObject:

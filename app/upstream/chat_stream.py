@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import orjson
 
@@ -25,6 +24,7 @@ from app.errors import UpstreamProtocolError
 from app.protocol import events as ev
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
+    ResponseHead,
     arguments_text,
     error_of,
     function_call_item,
@@ -79,9 +79,7 @@ class ChatStreamTranslator:
 
     def __init__(self, request: JsonObject) -> None:
         self.done = False
-        self._model: Any = request.get("model")
-        self._response_id = new_id("resp")
-        self._created_at = int(time.time())
+        self._head = ResponseHead(new_id("resp"), int(time.time()), request.get("model"))
         self._started = False
         self._output: list[JsonObject] = []
         self._text: _TextItem | None = None
@@ -145,10 +143,10 @@ class ChatStreamTranslator:
     def _start(self, chunk: JsonObject) -> list[JsonObject]:
         self._started = True
         if chunk.get("model"):
-            self._model = chunk["model"]
+            self._head.model = chunk["model"]
         created = chunk.get("created")
         if isinstance(created, int) and not isinstance(created, bool):
-            self._created_at = created
+            self._head.created_at = created
         snapshot = self._response("in_progress", None)
         return [
             {"type": ev.RESPONSE_CREATED, "response": snapshot},
@@ -395,15 +393,8 @@ class ChatStreamTranslator:
     # ------------------------------------------------------------------ response
 
     def _response(self, status: str, incomplete: JsonObject | None) -> JsonObject:
-        return response_object(
-            response_id=self._response_id,
-            created_at=self._created_at,
-            status=status,
-            model=self._model,
-            output=[dict(item) for item in self._output] if status != "in_progress" else [],
-            usage=usage_of(self._usage),
-            incomplete_details=incomplete,
-        )
+        output = [dict(item) for item in self._output] if status != "in_progress" else []
+        return response_object(self._head, status, output, usage_of(self._usage), incomplete)
 
 
 def _is_whole_object(fragments: list[str]) -> bool:
