@@ -37,6 +37,7 @@ from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +104,11 @@ class ResponsesService:
 
     # ------------------------------------------------------------------ create
 
-    async def _prepare(self, body: JsonObject) -> tuple[History, JsonObject]:
+    async def _prepare(self, request: ParsedRequest) -> tuple[History, JsonObject]:
         """Check, rehydrate; the upstream body is the client's own unless history joins it."""
-        check_tool_choice(body)
-        history = await rehydrate(self.store, body)
+        body = request.body
+        check_tool_choice(request.params)
+        history = await rehydrate(self.store, request.params)
         referenced = len(history.new_input_items) != len(history.input_items)
         if not history.stateful and not referenced:
             return history, body
@@ -116,7 +118,7 @@ class ResponsesService:
 
     async def _tool_loop(
         self,
-        body: JsonObject,
+        request: ParsedRequest,
         history: History,
         headers: Mapping[str, str],
         response_id: str,
@@ -127,15 +129,16 @@ class ResponsesService:
         toolkit = self.toolkit
         if toolkit is None:
             return None
+        body = request.body
         items = [*history.history_items, *history.input_items]
         if not toolkit.involves_gateway(body, items):
             return None
         prepared = await toolkit.prepare(body, history.history_items, history.input_items)
         upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
-        include = body.get("include")
+        include: list[Any] | None = request.params.include
         if prepared.upstream_include is not None:
             include = prepared.upstream_include
-        if isinstance(include, list):
+        if include is not None:
             # What the gateway's own items include (``web_search_call.action.sources`` …) is
             # the gateway's business: an upstream would reject the values it does not know.
             kept = [i for i in include if not str(i).startswith(_GATEWAY_INCLUDES)]
@@ -147,30 +150,29 @@ class ResponsesService:
             upstream_body["tools"] = prepared.upstream_tools
             if prepared.tool_choice is not None:
                 upstream_body["tool_choice"] = prepared.tool_choice
-        max_tool_calls = body.get("max_tool_calls")
-        request = LoopRequest(
+        loop_request = LoopRequest(
             upstream_body=upstream_body,
             headers=headers,
             stream=stream,
             response_id=response_id,
-            max_tool_calls=max_tool_calls if isinstance(max_tool_calls, int) else None,
+            max_tool_calls=request.params.max_tool_calls,
         )
         return ToolLoop(
             upstream=self.upstream,
-            request=request,
+            request=loop_request,
             prepared=prepared,
             limits=self.limits,
             tool_events=self.tool_events,
         )
 
-    async def create(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+    async def create(self, request: ParsedRequest, headers: Mapping[str, str]) -> JsonObject:
         """Non-streaming create: the final Response object (stored unless ``store`` is false)."""
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(body)
-        loop = await self._tool_loop(body, history, headers, response_id, stream=False)
+        history, upstream_body = await self._prepare(request)
+        loop = await self._tool_loop(request, history, headers, response_id, stream=False)
         if loop is not None:
-            return await self._create_looped(body, history, loop, response_id, created_at)
+            return await self._create_looped(request, history, loop, response_id, created_at)
         data = await self.upstream.create_response(upstream_body, headers)
         raw_output = data.get("output")
         output = [
@@ -191,13 +193,13 @@ class ResponsesService:
             incomplete_details=details if isinstance(details, dict) else None,
             completed_at=self._completed_at(status),
         )
-        response = build_response(body, response_id, created_at, outcome)
-        await self._persist(body, history, response)
+        response = build_response(request.body, response_id, created_at, outcome)
+        await self._persist(request, history, response)
         return response
 
     async def _create_looped(
         self,
-        body: JsonObject,
+        request: ParsedRequest,
         history: History,
         loop: ToolLoop,
         response_id: str,
@@ -219,12 +221,12 @@ class ResponsesService:
             incomplete_details=loop.incomplete_details,
             completed_at=self._completed_at(status),
         )
-        response = build_response(body, response_id, created_at, outcome)
-        await self._persist(body, history, response)
+        response = build_response(request.body, response_id, created_at, outcome)
+        await self._persist(request, history, response)
         return response
 
     async def open_stream(
-        self, body: JsonObject, headers: Mapping[str, str]
+        self, request: ParsedRequest, headers: Mapping[str, str]
     ) -> AsyncIterator[JsonObject]:
         """Start a streaming create.
 
@@ -234,22 +236,22 @@ class ResponsesService:
         """
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(body)
-        loop = await self._tool_loop(body, history, headers, response_id, stream=True)
+        history, upstream_body = await self._prepare(request)
+        loop = await self._tool_loop(request, history, headers, response_id, stream=True)
         if loop is not None:
             try:
                 await loop.open()
             except BaseException:
                 await loop.aclose()
                 raise
-            return self._stream(body, history, loop, loop, response_id, created_at)
+            return self._stream(request, history, loop, loop, response_id, created_at)
         upstream_events = await self.upstream.stream_response(upstream_body, headers)
         single = _SingleRound(upstream_events)
-        return self._stream(body, history, single, single.accumulator, response_id, created_at)
+        return self._stream(request, history, single, single.accumulator, response_id, created_at)
 
     async def _stream(
         self,
-        body: JsonObject,
+        request: ParsedRequest,
         history: History,
         source: _SingleRound | ToolLoop,
         state: ResponseAccumulator | ToolLoop,
@@ -264,7 +266,7 @@ class ResponsesService:
             outcome = ResponseOutcome(
                 status=status, output=state.output, upstream=state.upstream_response, **fields
             )
-            return build_response(body, response_id, created_at, outcome)
+            return build_response(request.body, response_id, created_at, outcome)
 
         try:
             opening = snapshot("in_progress")
@@ -289,7 +291,7 @@ class ResponsesService:
                         incomplete_details=state.incomplete_details,
                         completed_at=self._completed_at(status),
                     )
-                    await self._persist(body, history, final)
+                    await self._persist(request, history, final)
             except GatewayError as exc:
                 failure = {"code": exc.code or exc.type, "message": exc.message}
             except Exception as exc:  # a bug must not cut the stream silently
@@ -307,10 +309,12 @@ class ResponsesService:
         finally:
             await source.aclose()
 
-    async def _persist(self, body: JsonObject, history: History, response: JsonObject) -> None:
+    async def _persist(
+        self, request: ParsedRequest, history: History, response: JsonObject
+    ) -> None:
         """Store a final response and its items in one transaction (OpenAI: ``store`` defaults
         to true; failed responses and ``store: false`` write nothing)."""
-        if body.get("store") is False or response["status"] not in _STORED_STATUSES:
+        if request.params.store is False or response["status"] not in _STORED_STATUSES:
             return
         try:
             await self._save(history, response)

@@ -10,6 +10,7 @@ rather than a surprise upstream; their own unknown keys are carried too.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
@@ -233,6 +234,21 @@ class CreateResponseRequest(BaseModel):
                 if "type" not in item and "role" not in item:
                     raise ValueError(f"input[{index}] needs a 'type' (or a 'role' for a message)")
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A create request parsed once: the typed model the gateway decides on, and the body as
+    the client sent it, which is what the upstream receives (unknown fields included)."""
+
+    params: CreateResponseRequest
+    body: JsonObject
+
+    @classmethod
+    def from_body(cls, body: JsonObject) -> ParsedRequest:
+        """Validate ``body`` as the API does (strict: no coercion); pydantic's error on a bad
+        one (the HTTP front end reports it as a 400 itself)."""
+        return cls(CreateResponseRequest.model_validate(body, strict=True), body)
 
 
 def check_create_request(request: CreateResponseRequest) -> None:
