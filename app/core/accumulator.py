@@ -26,6 +26,7 @@ from app.core.item_events import Handler, ItemEvents
 from app.core.item_state import OutputItems
 from app.core.response import normalize_usage
 from app.protocol import events as ev
+from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 
 _TERMINAL_STATUS = {
@@ -66,7 +67,7 @@ class ResponseAccumulator:
         """The round's output items, as they stand."""
         return self._items.output
 
-    def feed(self, event: JsonObject) -> list[JsonObject]:
+    def feed(self, event: JsonObject) -> list[StreamEvent]:
         """Fold one upstream event; return the client events it produces (unnumbered)."""
         if self.finished:
             return []
@@ -79,19 +80,19 @@ class ResponseAccumulator:
             return [self._items.passthrough(event)]
         return handler(event)
 
-    def finish(self, status: str = "completed") -> list[JsonObject]:
+    def finish(self, status: str = "completed") -> list[StreamEvent]:
         """Close every item still open (the stream ended); returns the closing events."""
         return self._items.close_open(status)
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _on_lifecycle(self, event: JsonObject) -> list[JsonObject]:
+    def _on_lifecycle(self, event: JsonObject) -> list[StreamEvent]:
         response = event.get("response")
         if isinstance(response, dict):
             self.upstream_response = response
         return []
 
-    def _on_terminal(self, event: JsonObject) -> list[JsonObject]:
+    def _on_terminal(self, event: JsonObject) -> list[StreamEvent]:
         response = event.get("response")
         response = response if isinstance(response, dict) else {}
         self.upstream_response = {**self.upstream_response, **response}
@@ -111,11 +112,11 @@ class ResponseAccumulator:
         self.finished = True
         return events
 
-    def _on_stream_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_stream_done(self, event: JsonObject) -> list[StreamEvent]:
         """``data: [DONE]`` with no terminal event before it: the upstream finished normally."""
         return self._on_terminal({"type": ev.RESPONSE_COMPLETED, "response": {}})
 
-    def _on_error(self, event: JsonObject) -> list[JsonObject]:
+    def _on_error(self, event: JsonObject) -> list[StreamEvent]:
         self.status = "failed"
         self.error = {
             "code": str(event.get("code") or "upstream_error"),

@@ -15,10 +15,11 @@ from app.core.item_state import OutputItems
 from app.core.jsoncopy import clone
 from app.core.response import normalize_part
 from app.protocol import events as ev
+from app.protocol.events import StreamEvent
 from app.protocol.items import ITEM_ID_PREFIXES
 from app.protocol.json_types import JsonObject
 
-Handler = Callable[[JsonObject], list[JsonObject]]
+Handler = Callable[[JsonObject], list[StreamEvent]]
 
 # Which part types belong to which item type, and the item type a part-less delta implies.
 _PART_OWNER = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
@@ -56,7 +57,7 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ items
 
-    def _on_item_added(self, event: JsonObject) -> list[JsonObject]:
+    def _on_item_added(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         item = event.get("item")
         if not isinstance(item, dict):
@@ -75,7 +76,7 @@ class ItemEvents:
                 slot.parts[position] = position
         return events
 
-    def _on_item_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_item_done(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         item = event.get("item")
         if not isinstance(item, dict):
@@ -91,7 +92,7 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ content parts
 
-    def _on_part_added(self, event: JsonObject) -> list[JsonObject]:
+    def _on_part_added(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         part = event.get("part")
         part = clone(part) if isinstance(part, dict) else {"type": "output_text"}
@@ -111,12 +112,12 @@ class ItemEvents:
         content.append(normalize_part(part))
         slot.parts[key] = position
         out = _copy_event(event, ev.CONTENT_PART_ADDED)
-        out.update(items.address(slot, position))
+        out.update(items.part_address(slot, position))
         out["part"] = clone(content[position])
         events.append(out)
         return events
 
-    def _on_part_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_part_done(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         part = event.get("part")
         part = clone(part) if isinstance(part, dict) else {}
@@ -136,12 +137,12 @@ class ItemEvents:
         content[position] = normalize_part(merged)
         slot.part_done.add(position)
         out = _copy_event(event, ev.CONTENT_PART_DONE)
-        out.update(items.address(slot, position))
+        out.update(items.part_address(slot, position))
         out["part"] = clone(content[position])
         events.append(out)
         return events
 
-    def _on_text_delta(self, event: JsonObject) -> list[JsonObject]:
+    def _on_text_delta(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         kind = _delta_part_type(event.get("type", ""))
         slot, events = items.slot_for(event, _PART_OWNER[kind])
@@ -153,14 +154,14 @@ class ItemEvents:
         delta = delta if isinstance(delta, str) else ""
         part[field] = (part.get(field) or "") + delta
         out = _copy_event(event, event["type"])
-        out.update(items.address(slot, position))
+        out.update(items.part_address(slot, position))
         out["delta"] = delta
         if kind == "output_text" and out.get("logprobs") is None:
             out["logprobs"] = []
         events.append(out)
         return events
 
-    def _on_text_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_text_done(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         kind = _delta_part_type(event.get("type", ""))
         slot, events = items.slot_for(event, _PART_OWNER[kind])
@@ -172,14 +173,14 @@ class ItemEvents:
         if isinstance(final, str):
             part[field] = final
         out = _copy_event(event, event["type"])
-        out.update(items.address(slot, position))
+        out.update(items.part_address(slot, position))
         out[field] = part.get(field, "")
         if kind == "output_text" and out.get("logprobs") is None:
             out["logprobs"] = []
         events.append(out)
         return events
 
-    def _on_annotation(self, event: JsonObject) -> list[JsonObject]:
+    def _on_annotation(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "message")
         position, opened = items.part_for(slot, event, "output_text")
@@ -189,14 +190,14 @@ class ItemEvents:
         if isinstance(annotation, dict):
             part.setdefault("annotations", []).append(clone(annotation))
         out = _copy_event(event, event["type"])
-        out.update(items.address(slot, position))
+        out.update(items.part_address(slot, position))
         out["annotation_index"] = len(part.get("annotations") or []) - 1
         events.append(out)
         return events
 
     # ------------------------------------------------------------------ function calls
 
-    def _on_arguments_delta(self, event: JsonObject) -> list[JsonObject]:
+    def _on_arguments_delta(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "function_call")
         item = items.output[slot.index]
@@ -204,12 +205,12 @@ class ItemEvents:
         delta = delta if isinstance(delta, str) else ""
         item["arguments"] = (item.get("arguments") or "") + delta
         out = _copy_event(event, event["type"])
-        out.update(items.address(slot, None))
+        out.update(items.item_address(slot))
         out["delta"] = delta
         events.append(out)
         return events
 
-    def _on_arguments_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_arguments_done(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "function_call")
         item = items.output[slot.index]
@@ -226,7 +227,7 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ reasoning summaries
 
-    def _on_summary_part_added(self, event: JsonObject) -> list[JsonObject]:
+    def _on_summary_part_added(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=False)
@@ -241,7 +242,7 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_summary_text_delta(self, event: JsonObject) -> list[JsonObject]:
+    def _on_summary_text_delta(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=True)
@@ -256,7 +257,7 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_summary_text_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_summary_text_done(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=True)
@@ -270,7 +271,7 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_summary_part_done(self, event: JsonObject) -> list[JsonObject]:
+    def _on_summary_part_done(self, event: JsonObject) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=True)

@@ -16,6 +16,16 @@ from app.core.ids import new_id
 from app.core.jsoncopy import clone
 from app.core.response import normalize_item, normalize_part, normalize_sources
 from app.protocol import events as ev
+from app.protocol.events import (
+    ContentPartAddedEvent,
+    FunctionCallArgumentsDoneEvent,
+    ItemAddress,
+    OutputItemAddedEvent,
+    OutputItemDoneEvent,
+    PartAddress,
+    StreamEvent,
+    SummaryAddress,
+)
 from app.protocol.items import ITEM_ID_PREFIXES
 from app.protocol.json_types import JsonObject
 
@@ -44,9 +54,9 @@ class OutputItems:
         self._by_item_id: dict[str, int] = {}
         self._by_upstream_index: dict[int, int] = {}
 
-    def close_open(self, status: str) -> list[JsonObject]:
+    def close_open(self, status: str) -> list[StreamEvent]:
         """Close every item still open; returns the closing events."""
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         for slot in self._slots:
             if slot.open:
                 events.extend(self.close_item(slot, None, status))
@@ -56,7 +66,7 @@ class OutputItems:
 
     def open_item(
         self, item: JsonObject, upstream_index: Any, upstream_id: Any
-    ) -> tuple[ItemSlot, list[JsonObject]]:
+    ) -> tuple[ItemSlot, list[StreamEvent]]:
         kind = item.get("type")
         prefix = ITEM_ID_PREFIXES.get(kind) if isinstance(kind, str) else None
         if prefix is not None:
@@ -75,14 +85,16 @@ class OutputItems:
             self._by_item_id[item_id] = slot.index
         if isinstance(upstream_index, int):
             self._by_upstream_index[upstream_index] = slot.index
-        added = {
+        added: OutputItemAddedEvent = {
             "type": ev.OUTPUT_ITEM_ADDED,
             "output_index": self.output_offset + slot.index,
             "item": clone(item),
         }
         return slot, [added]
 
-    def close_item(self, slot: ItemSlot, final: JsonObject | None, status: str) -> list[JsonObject]:
+    def close_item(
+        self, slot: ItemSlot, final: JsonObject | None, status: str
+    ) -> list[StreamEvent]:
         ours = self.output[slot.index]
         events = self.close_parts(slot)
         kind = ours.get("type")
@@ -105,37 +117,38 @@ class OutputItems:
             item = final if final is not None else ours
         self.output[slot.index] = item
         slot.open = False
-        events.append(
-            {
-                "type": ev.OUTPUT_ITEM_DONE,
-                "output_index": self.output_offset + slot.index,
-                "item": clone(item),
-            }
-        )
+        done: OutputItemDoneEvent = {
+            "type": ev.OUTPUT_ITEM_DONE,
+            "output_index": self.output_offset + slot.index,
+            "item": clone(item),
+        }
+        events.append(done)
         return events
 
-    def close_parts(self, slot: ItemSlot) -> list[JsonObject]:
+    def close_parts(self, slot: ItemSlot) -> list[StreamEvent]:
         """``*.done`` events for parts the upstream left open."""
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         item = self.output[slot.index]
         content = item.get("content") or []
         for position in sorted(set(slot.parts.values()) - slot.part_done):
             part = content[position]
-            base = self.address(slot, position)
+            base = self.part_address(slot, position)
             kind = part.get("type")
-            if kind in ("output_text", "reasoning_text"):
-                done_type = ev.OUTPUT_TEXT_DONE if kind == "output_text" else ev.REASONING_TEXT_DONE
-                done = {"type": done_type, **base, "text": part.get("text", "")}
-                if kind == "output_text":
-                    done["logprobs"] = part.get("logprobs") or []
-                events.append(done)
+            text = part.get("text", "")
+            if kind == "output_text":
+                logprobs = part.get("logprobs") or []
+                events.append(
+                    {"type": ev.OUTPUT_TEXT_DONE, **base, "text": text, "logprobs": logprobs}
+                )
+            elif kind == "reasoning_text":
+                events.append({"type": ev.REASONING_TEXT_DONE, **base, "text": text})
             events.append({"type": ev.CONTENT_PART_DONE, **base, "part": clone(part)})
             slot.part_done.add(position)
         return events
 
     def emit_whole_item(
         self, item: JsonObject, upstream_index: Any, status: str
-    ) -> list[JsonObject]:
+    ) -> list[StreamEvent]:
         """Open, replay and close an item the stream never opened."""
         kind = item.get("type")
         if kind not in ITEM_ID_PREFIXES:
@@ -152,19 +165,15 @@ class OutputItems:
             arguments = item.get("arguments")
             if isinstance(arguments, str) and arguments:
                 skeleton["arguments"] = arguments
+                base = self.item_address(slot)
                 events.append(
-                    {
-                        "type": ev.FUNCTION_CALL_ARGUMENTS_DELTA,
-                        "item_id": skeleton["id"],
-                        "output_index": self.output_offset + slot.index,
-                        "delta": arguments,
-                    }
+                    {"type": ev.FUNCTION_CALL_ARGUMENTS_DELTA, **base, "delta": arguments}
                 )
             events.append(self.arguments_done_event(slot))
         events.extend(self.close_item(slot, item, status))
         return events
 
-    def _replay_part(self, slot: ItemSlot, part: JsonObject) -> list[JsonObject]:
+    def _replay_part(self, slot: ItemSlot, part: JsonObject) -> list[StreamEvent]:
         content = self.output[slot.index].setdefault("content", [])
         position = len(content)
         slot.parts[-1 - position] = position  # synthetic key: never an upstream index
@@ -174,19 +183,17 @@ class OutputItems:
         if text is not None:
             start["text"] = ""
         content.append(start)
-        base = self.address(slot, position)
-        events: list[JsonObject] = [{"type": ev.CONTENT_PART_ADDED, **base, "part": clone(start)}]
-        if text is not None and kind in ("output_text", "reasoning_text"):
-            delta_type = ev.OUTPUT_TEXT_DELTA if kind == "output_text" else ev.REASONING_TEXT_DELTA
-            if text:
-                delta = {"type": delta_type, **base, "delta": text}
-                if kind == "output_text":
-                    delta["logprobs"] = []
-                events.append(delta)
+        base = self.part_address(slot, position)
+        events: list[StreamEvent] = [{"type": ev.CONTENT_PART_ADDED, **base, "part": clone(start)}]
+        if text:
+            if kind == "output_text":
+                events.append({"type": ev.OUTPUT_TEXT_DELTA, **base, "delta": text, "logprobs": []})
+            elif kind == "reasoning_text":
+                events.append({"type": ev.REASONING_TEXT_DELTA, **base, "delta": text})
         content[position] = normalize_part(clone(part))
         return events
 
-    def adopt_final_output(self, final: Any, item_status: str) -> list[JsonObject]:
+    def adopt_final_output(self, final: Any, item_status: str) -> list[StreamEvent]:
         """Reconcile the terminal response's output with what was streamed.
 
         Items are matched by position (servers such as vLLM rename items in the final object).
@@ -195,7 +202,7 @@ class OutputItems:
         """
         if not isinstance(final, list):
             return []
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         for position, item in enumerate(final):
             if not isinstance(item, dict):
                 continue
@@ -213,7 +220,7 @@ class OutputItems:
 
     def part_for(
         self, slot: ItemSlot, event: JsonObject, kind: str
-    ) -> tuple[int, list[JsonObject]]:
+    ) -> tuple[int, list[StreamEvent]]:
         """Position of the part a content event addresses; opens the part when it is new."""
         upstream_ci = event.get("content_index")
         key = upstream_ci if isinstance(upstream_ci, int) else 0
@@ -232,16 +239,16 @@ class OutputItems:
         part: JsonObject = {"type": kind, "refusal" if kind == "refusal" else "text": ""}
         content.append(normalize_part(part))
         slot.parts[key] = position
-        added = {
+        added: ContentPartAddedEvent = {
             "type": ev.CONTENT_PART_ADDED,
-            **self.address(slot, position),
+            **self.part_address(slot, position),
             "part": clone(content[position]),
         }
         return position, [added]
 
     def summary_for(
         self, slot: ItemSlot, event: JsonObject, *, emit_added: bool
-    ) -> tuple[int, list[JsonObject]]:
+    ) -> tuple[int, list[StreamEvent]]:
         upstream_si = event.get("summary_index")
         key = upstream_si if isinstance(upstream_si, int) else 0
         summary = self.output[slot.index].get("summary")
@@ -255,12 +262,13 @@ class OutputItems:
         slot.summaries[key] = position
         if not emit_added:
             return position, []
-        added = {
-            "type": ev.REASONING_SUMMARY_PART_ADDED,
-            **self.summary_address(slot, position),
-            "part": {"type": "summary_text", "text": ""},
-        }
-        return position, [added]
+        return position, [
+            {
+                "type": ev.REASONING_SUMMARY_PART_ADDED,
+                **self.summary_address(slot, position),
+                "part": {"type": "summary_text", "text": ""},
+            }
+        ]
 
     # ------------------------------------------------------------------ resolution
 
@@ -275,7 +283,7 @@ class OutputItems:
             return None
         return self._slots[index]
 
-    def slot_for(self, event: JsonObject, kind: str) -> tuple[ItemSlot, list[JsonObject]]:
+    def slot_for(self, event: JsonObject, kind: str) -> tuple[ItemSlot, list[StreamEvent]]:
         """The open item of type ``kind`` an event addresses; opened when it is missing.
 
         A delta that names a closed item, or an item of another type (gpt-oss reuses the
@@ -287,27 +295,23 @@ class OutputItems:
         skeleton = make_skeleton(kind, event)
         return self.open_item(skeleton, event.get("output_index"), event.get("item_id"))
 
-    def address(self, slot: ItemSlot, position: int | None) -> JsonObject:
-        out: JsonObject = {
-            "item_id": self.output[slot.index].get("id"),
-            "output_index": self.output_offset + slot.index,
-        }
-        if position is not None:
-            out["content_index"] = position
-        return out
-
-    def summary_address(self, slot: ItemSlot, position: int) -> JsonObject:
+    def item_address(self, slot: ItemSlot) -> ItemAddress:
         return {
             "item_id": self.output[slot.index].get("id"),
             "output_index": self.output_offset + slot.index,
-            "summary_index": position,
         }
 
-    def arguments_done_event(self, slot: ItemSlot) -> JsonObject:
+    def part_address(self, slot: ItemSlot, position: int) -> PartAddress:
+        return {**self.item_address(slot), "content_index": position}
+
+    def summary_address(self, slot: ItemSlot, position: int) -> SummaryAddress:
+        return {**self.item_address(slot), "summary_index": position}
+
+    def arguments_done_event(self, slot: ItemSlot) -> FunctionCallArgumentsDoneEvent:
         item = self.output[slot.index]
         return {
             "type": ev.FUNCTION_CALL_ARGUMENTS_DONE,
-            **self.address(slot, None),
+            **self.item_address(slot),
             "name": item.get("name") or "",
             "arguments": item.get("arguments") or "",
         }

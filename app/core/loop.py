@@ -37,6 +37,7 @@ from app.core.ports import (
 )
 from app.core.round_view import RoundView, added_event, call_event, done_event
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
+from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
@@ -135,7 +136,7 @@ class ToolLoop:
                     f"the upstream did not answer round 1 within {deadline} s"
                 ) from None
 
-    async def events(self) -> AsyncIterator[JsonObject]:
+    async def events(self) -> AsyncIterator[StreamEvent]:
         """The client's events for every round; sets the final state when it ends."""
         for prelude in self._prepared.prelude:
             index = len(self.output)
@@ -163,9 +164,9 @@ class ToolLoop:
             if self.finished:
                 return
 
-    def finish(self, status: str = "incomplete") -> list[JsonObject]:
+    def finish(self, status: str = "incomplete") -> list[StreamEvent]:
         """Close every item still open (the response failed); returns the closing events."""
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         accumulator, view = self._accumulator, self._view
         if accumulator is not None and view is not None:
             for event in accumulator.finish(status):
@@ -202,7 +203,7 @@ class ToolLoop:
             return await self._upstream.stream_response(body, self._headers)
         return SingleResponseStream(await self._upstream.create_response(body, self._headers))
 
-    async def _run_round(self) -> AsyncIterator[JsonObject]:
+    async def _run_round(self) -> AsyncIterator[StreamEvent]:
         offset = len(self.output)
         accumulator = ResponseAccumulator(output_offset=offset)
         view = RoundView(self._prepared.executors, self._prepared.annotators)
@@ -281,8 +282,8 @@ class ToolLoop:
 
     def _open_call_events(
         self, call: GatewayCall, executor: ToolExecutor, opened: JsonObject
-    ) -> list[JsonObject]:
-        events = [added_event(call.output_index, opened)]
+    ) -> list[StreamEvent]:
+        events: list[StreamEvent] = [added_event(call.output_index, opened)]
         events.extend(call_event(t, call) for t in executor.presentation.opened_events)
         names = executor.presentation.arguments_events
         if names is not None:
@@ -293,7 +294,7 @@ class ToolLoop:
 
     async def _run_calls(
         self, pairs: list[tuple[GatewayCall, ToolExecutor]]
-    ) -> AsyncIterator[JsonObject]:
+    ) -> AsyncIterator[StreamEvent]:
         """Run gateway calls concurrently (bounded); results are reported in call order."""
         runnable: list[tuple[GatewayCall, ToolExecutor]] = []
         refused: dict[str, ToolResult] = {}
@@ -362,14 +363,14 @@ class ToolLoop:
 
     def _close_call(
         self, call: GatewayCall, executor: ToolExecutor, result: ToolResult
-    ) -> list[JsonObject]:
+    ) -> list[StreamEvent]:
         self._held.pop(call.item_id, None)
         self._set_output(call.output_index, result.item)
         presentation = executor.presentation
         kind = presentation.completed_event if result.ok else presentation.failed_event
         return [call_event(kind, call), done_event(call.output_index, result.item)]
 
-    async def _close_unrun(self, message: str, status: str) -> AsyncIterator[JsonObject]:
+    async def _close_unrun(self, message: str, status: str) -> AsyncIterator[StreamEvent]:
         for call, executor in list(self._held.values()):
             result = executor.error_result(call, message, status=status)
             for event in self._close_call(call, executor, result):

@@ -13,6 +13,16 @@ from collections.abc import Callable, Mapping
 from app.core.jsoncopy import clone
 from app.core.ports import GatewayCall, ToolExecutor
 from app.protocol import events as ev
+from app.protocol.events import (
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    ItemProgressEvent,
+    OutputItemAddedEvent,
+    OutputItemDoneEvent,
+    OutputTextAnnotationAddedEvent,
+    OutputTextDoneEvent,
+    StreamEvent,
+)
 from app.protocol.json_types import JsonObject
 
 
@@ -34,53 +44,41 @@ class RoundView:
         self.citations: dict[tuple[str, int], list[JsonObject]] = {}
         self._annotation_counts: dict[tuple[str, int], int] = {}
 
-    def translate(self, event: JsonObject) -> list[JsonObject]:
-        kind = event.get("type")
-        if kind == ev.OUTPUT_ITEM_ADDED:
+    def translate(self, event: StreamEvent) -> list[StreamEvent]:
+        if ev.is_item_added(event):
             return self._on_added(event)
         if self.annotators:
-            if kind == ev.OUTPUT_TEXT_DONE:
+            if ev.is_text_done(event):
                 return self._cite(event)
-            if kind == ev.OUTPUT_TEXT_ANNOTATION_ADDED:
-                key = (str(event.get("item_id")), int(event.get("content_index") or 0))
+            if ev.is_annotation_added(event):
+                key = (str(event["item_id"]), event["content_index"])
                 self._annotation_counts[key] = self._annotation_counts.get(key, 0) + 1
                 return [event]
-            if kind == ev.CONTENT_PART_DONE:
-                key = (str(event.get("item_id")), int(event.get("content_index") or 0))
-                if key in self.citations and isinstance(event.get("part"), dict):
+            if ev.is_part_done(event):
+                key = (str(event["item_id"]), event["content_index"])
+                if key in self.citations:
                     _add_citations(event["part"], self.citations[key])
                 return [event]
-            if kind == ev.OUTPUT_ITEM_DONE and (event.get("item") or {}).get("type") == "message":
+            if ev.is_item_done(event) and event["item"].get("type") == "message":
                 self.patch_message(event["item"])
                 return [event]
-        if kind in (ev.FUNCTION_CALL_ARGUMENTS_DELTA, ev.FUNCTION_CALL_ARGUMENTS_DONE):
-            call = self.calls.get(str(event.get("item_id")))
+        if ev.is_arguments_delta(event) or ev.is_arguments_done(event):
+            call = self.calls.get(str(event["item_id"]))
             if call is None:
                 return [event]
             return self._on_arguments(call, event)
-        if kind == ev.OUTPUT_ITEM_DONE:
-            item = event.get("item") or {}
-            call = self.calls.get(str(item.get("id")))
-            if call is None:
-                return [event]
-            call.arguments = str(item.get("arguments") or call.arguments)
-            request = self.approvals.get(str(item.get("id")))
-            if request is not None:
-                request["arguments"] = call.arguments
-                index = call.output_index
-                self.open_calls.pop(call.item_id, None)
-                return [added_event(index, request), done_event(index, request)]
-            return []  # closed once the call has run
+        if ev.is_item_done(event):
+            return self._on_done(event)
         return [event]
 
-    def _on_added(self, event: JsonObject) -> list[JsonObject]:
-        item = event.get("item") or {}
+    def _on_added(self, event: OutputItemAddedEvent) -> list[StreamEvent]:
+        item = event["item"]
         if item.get("type") != "function_call":
             return [event]
         executor = self.executors.get(str(item.get("name")))
         if executor is None:
             return [event]
-        index = int(event["output_index"])
+        index = event["output_index"]
         call = GatewayCall(
             item_id="",
             call_id=str(item.get("call_id") or ""),
@@ -97,42 +95,61 @@ class RoundView:
         opened = executor.open_item(call)
         call.item_id = str(opened["id"])
         self.open_calls[call.item_id] = call
-        events = [added_event(index, opened)]
+        events: list[StreamEvent] = [added_event(index, opened)]
         events.extend(call_event(t, call) for t in executor.presentation.opened_events)
         return events
 
-    def _on_arguments(self, call: GatewayCall, event: JsonObject) -> list[JsonObject]:
+    def _on_done(self, event: OutputItemDoneEvent) -> list[StreamEvent]:
+        item = event["item"]
+        call = self.calls.get(str(item.get("id")))
+        if call is None:
+            return [event]
+        call.arguments = str(item.get("arguments") or call.arguments)
+        request = self.approvals.get(str(item.get("id")))
+        if request is not None:
+            request["arguments"] = call.arguments
+            index = call.output_index
+            self.open_calls.pop(call.item_id, None)
+            return [added_event(index, request), done_event(index, request)]
+        return []  # closed once the call has run
+
+    def _on_arguments(
+        self,
+        call: GatewayCall,
+        event: FunctionCallArgumentsDeltaEvent | FunctionCallArgumentsDoneEvent,
+    ) -> list[StreamEvent]:
         executor = self.executors[call.name]
         names = executor.presentation.arguments_events
         if call.item_id not in self.open_calls or names is None:
             return []
-        if event["type"] == ev.FUNCTION_CALL_ARGUMENTS_DELTA:
-            return [{**call_event(names[0], call), "delta": event.get("delta", "")}]
-        call.arguments = str(event.get("arguments") or call.arguments)
+        if ev.is_arguments_delta(event):
+            return [{**call_event(names[0], call), "delta": event["delta"]}]
+        assert ev.is_arguments_done(event)
+        call.arguments = event["arguments"] or call.arguments
         return [{**call_event(names[1], call), "arguments": call.arguments}]
 
-    def _cite(self, event: JsonObject) -> list[JsonObject]:
+    def _cite(self, event: OutputTextDoneEvent) -> list[StreamEvent]:
         """After an output_text part is complete: the citations of what the tools found."""
-        text = event.get("text")
-        if not isinstance(text, str) or not text:
+        text = event["text"]
+        if not text:
             return [event]
-        key = (str(event.get("item_id")), int(event.get("content_index") or 0))
+        key = (str(event["item_id"]), event["content_index"])
         found = [a for annotate in self.annotators for a in annotate(text)]
         if not found:
             return [event]
         self.citations[key] = found
         start = self._annotation_counts.get(key, 0)
-        added = [
-            {
+        added: list[StreamEvent] = []
+        for n, annotation in enumerate(found):
+            citation: OutputTextAnnotationAddedEvent = {
                 "type": ev.OUTPUT_TEXT_ANNOTATION_ADDED,
-                "output_index": event.get("output_index"),
-                "item_id": event.get("item_id"),
-                "content_index": event.get("content_index"),
+                "output_index": event["output_index"],
+                "item_id": event["item_id"],
+                "content_index": event["content_index"],
                 "annotation_index": start + n,
                 "annotation": clone(annotation),
             }
-            for n, annotation in enumerate(found)
-        ]
+            added.append(citation)
         return [event, *added]
 
     def patch_message(self, item: JsonObject) -> None:
@@ -167,13 +184,13 @@ def _add_citations(part: JsonObject, citations: list[JsonObject]) -> None:
             annotations.append(clone(citation))
 
 
-def added_event(index: int, item: JsonObject) -> JsonObject:
+def added_event(index: int, item: JsonObject) -> OutputItemAddedEvent:
     return {"type": ev.OUTPUT_ITEM_ADDED, "output_index": index, "item": clone(item)}
 
 
-def done_event(index: int, item: JsonObject) -> JsonObject:
+def done_event(index: int, item: JsonObject) -> OutputItemDoneEvent:
     return {"type": ev.OUTPUT_ITEM_DONE, "output_index": index, "item": clone(item)}
 
 
-def call_event(kind: str, call: GatewayCall) -> JsonObject:
+def call_event(kind: str, call: GatewayCall) -> ItemProgressEvent:
     return {"type": kind, "output_index": call.output_index, "item_id": call.item_id}

@@ -36,6 +36,7 @@ from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
+from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import ParsedRequest
 
@@ -63,7 +64,7 @@ class _SingleRound:
     def accumulator(self) -> ResponseAccumulator:
         return self._accumulator
 
-    async def events(self) -> AsyncIterator[JsonObject]:
+    async def events(self) -> AsyncIterator[StreamEvent]:
         accumulator = self._accumulator
         async for upstream_event in self._upstream_events:
             for event in accumulator.feed(upstream_event):
@@ -75,7 +76,7 @@ class _SingleRound:
                 "the upstream stream ended before the response was complete"
             )
 
-    def finish(self, status: str) -> list[JsonObject]:
+    def finish(self, status: str) -> list[StreamEvent]:
         return self._accumulator.finish(status)
 
     async def aclose(self) -> None:
@@ -276,8 +277,8 @@ class ResponsesService:
             failure: JsonObject | None = None
             final: JsonObject | None = None
             try:
-                async for event in source.events():
-                    yield lifecycle.stamp(event)
+                async for produced in source.events():
+                    yield lifecycle.stamp(produced)
                 if state.status == "failed":
                     failure = state.error or {
                         "code": "upstream_error",
@@ -298,8 +299,8 @@ class ResponsesService:
                 logger.exception("stream failed", extra={"response_id": response_id})
                 failure = {"code": "server_error", "message": f"internal error: {exc!r}"}
             if failure is not None:
-                for event in source.finish("incomplete"):
-                    yield lifecycle.stamp(event)
+                for closing in source.finish("incomplete"):
+                    yield lifecycle.stamp(closing)
                 failed = snapshot("failed", usage=state.usage, error=failure)
                 for event in lifecycle.failure(failure, failed):
                     yield event

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from app.core.jsoncopy import clone
 from app.protocol import events as ev
+from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 
 _TERMINAL_BY_STATUS = {
@@ -23,10 +26,12 @@ class ResponseLifecycle:
         self._next = 0
         self.closed = False
 
-    def stamp(self, event: JsonObject) -> JsonObject:
-        event["sequence_number"] = self._next
+    def stamp(self, event: StreamEvent) -> JsonObject:
+        """The event numbered: from here on it is a JSON object on its way to the client."""
+        numbered = cast(JsonObject, event)  # every event is a JSON object at run time
+        numbered["sequence_number"] = self._next
         self._next += 1
-        return event
+        return numbered
 
     def opening(self, response: JsonObject) -> list[JsonObject]:
         """``response.created`` then ``response.in_progress``, each with its own snapshot."""
