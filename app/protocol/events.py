@@ -129,6 +129,16 @@ class ReasoningTextDoneEvent(_Event, PartAddress):
     text: str
 
 
+class RefusalDeltaEvent(_Event, PartAddress):
+    type: Literal["response.refusal.delta"]
+    delta: str
+
+
+class RefusalDoneEvent(_Event, PartAddress):
+    type: Literal["response.refusal.done"]
+    refusal: str
+
+
 class OutputTextAnnotationAddedEvent(_Event, PartAddress):
     type: Literal["response.output_text.annotation.added"]
     annotation_index: int
@@ -176,6 +186,8 @@ KnownEvent = (
     | OutputTextDoneEvent
     | ReasoningTextDeltaEvent
     | ReasoningTextDoneEvent
+    | RefusalDeltaEvent
+    | RefusalDoneEvent
     | OutputTextAnnotationAddedEvent
     | FunctionCallArgumentsDeltaEvent
     | FunctionCallArgumentsDoneEvent

@@ -16,12 +16,31 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import cast
 
 import orjson
 
 from app.core.ids import new_id
 from app.errors import UpstreamProtocolError
 from app.protocol import events as ev
+from app.protocol.events import (
+    ContentPartAddedEvent,
+    ContentPartDoneEvent,
+    ErrorEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    OutputItemAddedEvent,
+    OutputItemDoneEvent,
+    OutputTextDeltaEvent,
+    OutputTextDoneEvent,
+    PartAddress,
+    ReasoningTextDeltaEvent,
+    ReasoningTextDoneEvent,
+    RefusalDeltaEvent,
+    RefusalDoneEvent,
+    ResponseLifecycleEvent,
+    StreamEvent,
+)
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
     ResponseHead,
@@ -40,13 +59,6 @@ from app.upstream.chat_items import (
 )
 
 logger = logging.getLogger(__name__)
-
-# Part type -> (delta event, done event, the part's text field).
-_PART_EVENTS = {
-    "output_text": (ev.OUTPUT_TEXT_DELTA, ev.OUTPUT_TEXT_DONE, "text"),
-    "refusal": (ev.REFUSAL_DELTA, ev.REFUSAL_DONE, "refusal"),
-    "reasoning_text": (ev.REASONING_TEXT_DELTA, ev.REASONING_TEXT_DONE, "text"),
-}
 
 
 class _TextItem:
@@ -101,15 +113,14 @@ class ChatStreamTranslator:
         if error is not None:
             self.done = True
             code = error.get("code")
-            return [
-                {
-                    "type": ev.ERROR,
-                    "code": str(code) if code is not None and code != "" else "upstream_error",
-                    "message": str(error.get("message") or "the upstream reported an error"),
-                    "param": error.get("param"),
-                }
-            ]
-        events: list[JsonObject] = []
+            failure: ErrorEvent = {
+                "type": ev.ERROR,
+                "code": str(code) if code is not None and code != "" else "upstream_error",
+                "message": str(error.get("message") or "the upstream reported an error"),
+                "param": error.get("param"),
+            }
+            return _as_json([failure])
+        events: list[StreamEvent] = []
         if not self._started:
             events.extend(self._start(chunk))
         usage = chunk.get("usage")
@@ -120,7 +131,7 @@ class ChatStreamTranslator:
             for choice in choices:
                 if isinstance(choice, dict) and choice.get("index") in (0, None):
                     self._choice(choice, events)
-        return events
+        return _as_json(events)
 
     def finish(self) -> list[JsonObject]:
         """The upstream stream ended: close what is open and emit the terminal event."""
@@ -129,18 +140,21 @@ class ChatStreamTranslator:
         if self._finish_reason is None:
             raise UpstreamProtocolError("the upstream's chat stream ended before a finish_reason")
         status, incomplete = status_of(self._finish_reason)
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         self._close_text(events, status)
         self._close_calls(events)
         self.done = True
         response = self._response(status, incomplete)
-        kind = ev.RESPONSE_COMPLETED if status == "completed" else ev.RESPONSE_INCOMPLETE
-        events.append({"type": kind, "response": response})
-        return events
+        terminal: ResponseLifecycleEvent = {
+            "type": ev.RESPONSE_COMPLETED if status == "completed" else ev.RESPONSE_INCOMPLETE,
+            "response": response,
+        }
+        events.append(terminal)
+        return _as_json(events)
 
     # ------------------------------------------------------------------ chunks
 
-    def _start(self, chunk: JsonObject) -> list[JsonObject]:
+    def _start(self, chunk: JsonObject) -> list[StreamEvent]:
         self._started = True
         if chunk.get("model"):
             self._head.model = chunk["model"]
@@ -148,12 +162,14 @@ class ChatStreamTranslator:
         if isinstance(created, int) and not isinstance(created, bool):
             self._head.created_at = created
         snapshot = self._response("in_progress", None)
-        return [
-            {"type": ev.RESPONSE_CREATED, "response": snapshot},
-            {"type": ev.RESPONSE_IN_PROGRESS, "response": {**snapshot, "output": []}},
-        ]
+        created_event: ResponseLifecycleEvent = {"type": ev.RESPONSE_CREATED, "response": snapshot}
+        in_progress: ResponseLifecycleEvent = {
+            "type": ev.RESPONSE_IN_PROGRESS,
+            "response": {**snapshot, "output": []},
+        }
+        return [created_event, in_progress]
 
-    def _choice(self, choice: JsonObject, events: list[JsonObject]) -> None:
+    def _choice(self, choice: JsonObject, events: list[StreamEvent]) -> None:
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             # A few servers send a whole ``message`` instead of deltas; after deltas, such a
@@ -184,7 +200,7 @@ class ChatStreamTranslator:
 
     # ------------------------------------------------------------------ reasoning and text
 
-    def _text_delta(self, part_kind: str, delta: str, events: list[JsonObject]) -> None:
+    def _text_delta(self, part_kind: str, delta: str, events: list[StreamEvent]) -> None:
         item_type = "reasoning" if part_kind == "reasoning_text" else "message"
         text = self._text
         if text is None or text.item["type"] != item_type:
@@ -195,19 +211,9 @@ class ChatStreamTranslator:
             self._close_part(text, events)
             self._open_part(text, part_kind, events)
         text.buffer.append(delta)
-        delta_type, _, _ = _PART_EVENTS[part_kind]
-        event = {
-            "type": delta_type,
-            "item_id": text.item["id"],
-            "output_index": text.index,
-            "content_index": len(text.item["content"]),
-            "delta": delta,
-        }
-        if part_kind == "output_text":
-            event["logprobs"] = []
-        events.append(event)
+        events.append(_delta_event(part_kind, _address(text), delta))
 
-    def _open_text(self, item_type: str, events: list[JsonObject]) -> _TextItem:
+    def _open_text(self, item_type: str, events: list[StreamEvent]) -> _TextItem:
         if item_type == "reasoning":
             item = reasoning_item(new_id("rs"), None, "in_progress")
         else:
@@ -215,51 +221,44 @@ class ChatStreamTranslator:
         text = _TextItem(len(self._output), item)
         self._output.append(item)
         self._text = text
-        events.append(
-            {
-                "type": ev.OUTPUT_ITEM_ADDED,
-                "output_index": text.index,
-                # A reasoning item opens with no content (null), as vLLM's does.
-                "item": {**item, "content": None if item_type == "reasoning" else []},
-            }
-        )
+        added: OutputItemAddedEvent = {
+            "type": ev.OUTPUT_ITEM_ADDED,
+            "output_index": text.index,
+            # A reasoning item opens with no content (null), as vLLM's does.
+            "item": {**item, "content": None if item_type == "reasoning" else []},
+        }
+        events.append(added)
         return text
 
-    def _open_part(self, text: _TextItem, part_kind: str, events: list[JsonObject]) -> None:
+    def _open_part(self, text: _TextItem, part_kind: str, events: list[StreamEvent]) -> None:
         text.part_kind = part_kind
         text.buffer = []
-        events.append(
-            {
-                "type": ev.CONTENT_PART_ADDED,
-                "item_id": text.item["id"],
-                "output_index": text.index,
-                "content_index": len(text.item["content"]),
-                "part": _part(part_kind, ""),
-            }
-        )
+        added: ContentPartAddedEvent = {
+            "type": ev.CONTENT_PART_ADDED,
+            **_address(text),
+            "part": _part(part_kind, ""),
+        }
+        events.append(added)
 
-    def _close_part(self, text: _TextItem, events: list[JsonObject]) -> None:
+    def _close_part(self, text: _TextItem, events: list[StreamEvent]) -> None:
         part_kind = text.part_kind
         if part_kind is None:
             return
         value = "".join(text.buffer)
-        _, done_type, field = _PART_EVENTS[part_kind]
-        address = {
-            "item_id": text.item["id"],
-            "output_index": text.index,
-            "content_index": len(text.item["content"]),
-        }
-        done: JsonObject = {"type": done_type, **address, field: value}
-        if part_kind == "output_text":
-            done["logprobs"] = []
+        address = _address(text)
         part = _part(part_kind, value)
-        events.append(done)
-        events.append({"type": ev.CONTENT_PART_DONE, **address, "part": _part(part_kind, value)})
+        events.append(_done_event(part_kind, address, value))
+        part_done: ContentPartDoneEvent = {
+            "type": ev.CONTENT_PART_DONE,
+            **address,
+            "part": _part(part_kind, value),
+        }
+        events.append(part_done)
         text.item["content"].append(part)
         text.part_kind = None
         text.buffer = []
 
-    def _close_text(self, events: list[JsonObject], status: str) -> None:
+    def _close_text(self, events: list[StreamEvent], status: str) -> None:
         text = self._text
         if text is None:
             return
@@ -268,17 +267,16 @@ class ChatStreamTranslator:
         # A cut-off answer leaves its message incomplete (the reasoning before it is complete).
         item["status"] = status if item["type"] == "message" else "completed"
         self._text = None
-        events.append(
-            {
-                "type": ev.OUTPUT_ITEM_DONE,
-                "output_index": text.index,
-                "item": {**item, "content": [dict(part) for part in item["content"]]},
-            }
-        )
+        done: OutputItemDoneEvent = {
+            "type": ev.OUTPUT_ITEM_DONE,
+            "output_index": text.index,
+            "item": {**item, "content": [dict(part) for part in item["content"]]},
+        }
+        events.append(done)
 
     # ------------------------------------------------------------------ tool calls
 
-    def _call_delta(self, delta: JsonObject, events: list[JsonObject]) -> None:
+    def _call_delta(self, delta: JsonObject, events: list[StreamEvent]) -> None:
         call = self._call_for(delta, events)
         if call is None:
             return
@@ -296,16 +294,15 @@ class ChatStreamTranslator:
             return
         fragment = arguments if isinstance(arguments, str) else arguments_text(arguments)
         call.arguments.append(fragment)
-        events.append(
-            {
-                "type": ev.FUNCTION_CALL_ARGUMENTS_DELTA,
-                "item_id": call.item["id"],
-                "output_index": call.index,
-                "delta": fragment,
-            }
-        )
+        arguments_delta: FunctionCallArgumentsDeltaEvent = {
+            "type": ev.FUNCTION_CALL_ARGUMENTS_DELTA,
+            "item_id": call.item["id"],
+            "output_index": call.index,
+            "delta": fragment,
+        }
+        events.append(arguments_delta)
 
-    def _call_for(self, delta: JsonObject, events: list[JsonObject]) -> _Call | None:
+    def _call_for(self, delta: JsonObject, events: list[StreamEvent]) -> _Call | None:
         """The call a delta continues, or a new one.
 
         Keyed by ``index``; without one (some Ollama versions), a new ``id`` starts a call and
@@ -333,7 +330,7 @@ class ChatStreamTranslator:
         return call
 
     def _open_call(
-        self, delta: JsonObject, upstream_id: str | None, events: list[JsonObject]
+        self, delta: JsonObject, upstream_id: str | None, events: list[StreamEvent]
     ) -> _Call:
         self._close_text(events, "completed")
         self._close_finished_calls(events)
@@ -350,12 +347,15 @@ class ChatStreamTranslator:
         self._output.append(item)
         self._open_calls.append(call)
         self._last_call = call
-        events.append(
-            {"type": ev.OUTPUT_ITEM_ADDED, "output_index": call.index, "item": dict(item)}
-        )
+        added: OutputItemAddedEvent = {
+            "type": ev.OUTPUT_ITEM_ADDED,
+            "output_index": call.index,
+            "item": dict(item),
+        }
+        events.append(added)
         return call
 
-    def _close_finished_calls(self, events: list[JsonObject]) -> None:
+    def _close_finished_calls(self, events: list[StreamEvent]) -> None:
         """Close the open calls, in order, whose arguments are a whole JSON object; the first
         one still waiting for fragments (an interleaving server) keeps itself and the later ones
         open."""
@@ -370,24 +370,25 @@ class ChatStreamTranslator:
             self._close_calls(events)
             self._open_calls = still_open
 
-    def _close_calls(self, events: list[JsonObject]) -> None:
+    def _close_calls(self, events: list[StreamEvent]) -> None:
         for call in self._open_calls:
             item = call.item
             item["arguments"] = "".join(call.arguments) or "{}"
             item["status"] = "completed"
             call.is_open = False
-            events.append(
-                {
-                    "type": ev.FUNCTION_CALL_ARGUMENTS_DONE,
-                    "item_id": item["id"],
-                    "output_index": call.index,
-                    "name": item["name"],
-                    "arguments": item["arguments"],
-                }
-            )
-            events.append(
-                {"type": ev.OUTPUT_ITEM_DONE, "output_index": call.index, "item": dict(item)}
-            )
+            arguments_done: FunctionCallArgumentsDoneEvent = {
+                "type": ev.FUNCTION_CALL_ARGUMENTS_DONE,
+                "item_id": item["id"],
+                "output_index": call.index,
+                "name": item["name"],
+                "arguments": item["arguments"],
+            }
+            done: OutputItemDoneEvent = {
+                "type": ev.OUTPUT_ITEM_DONE,
+                "output_index": call.index,
+                "item": dict(item),
+            }
+            events.extend((arguments_done, done))
         self._open_calls = []
 
     # ------------------------------------------------------------------ response
@@ -410,3 +411,53 @@ def _part(kind: str, value: str) -> JsonObject:
     if kind == "refusal":
         return refusal_part(value)
     return {"type": "reasoning_text", "text": value}
+
+
+def _address(text: _TextItem) -> PartAddress:
+    """The address of the part being streamed (its index: the parts finished before it)."""
+    return {
+        "item_id": text.item["id"],
+        "output_index": text.index,
+        "content_index": len(text.item["content"]),
+    }
+
+
+def _delta_event(kind: str, address: PartAddress, delta: str) -> StreamEvent:
+    if kind == "output_text":
+        text: OutputTextDeltaEvent = {
+            "type": ev.OUTPUT_TEXT_DELTA,
+            **address,
+            "delta": delta,
+            "logprobs": [],
+        }
+        return text
+    if kind == "refusal":
+        refusal: RefusalDeltaEvent = {"type": ev.REFUSAL_DELTA, **address, "delta": delta}
+        return refusal
+    reasoning: ReasoningTextDeltaEvent = {
+        "type": ev.REASONING_TEXT_DELTA,
+        **address,
+        "delta": delta,
+    }
+    return reasoning
+
+
+def _done_event(kind: str, address: PartAddress, value: str) -> StreamEvent:
+    if kind == "output_text":
+        text: OutputTextDoneEvent = {
+            "type": ev.OUTPUT_TEXT_DONE,
+            **address,
+            "text": value,
+            "logprobs": [],
+        }
+        return text
+    if kind == "refusal":
+        refusal: RefusalDoneEvent = {"type": ev.REFUSAL_DONE, **address, "refusal": value}
+        return refusal
+    reasoning: ReasoningTextDoneEvent = {"type": ev.REASONING_TEXT_DONE, **address, "text": value}
+    return reasoning
+
+
+def _as_json(events: list[StreamEvent]) -> list[JsonObject]:
+    """The events as the upstream port carries them: JSON objects (which they are at run time)."""
+    return cast(list[JsonObject], events)
