@@ -38,6 +38,7 @@ from app.core.ports import (
 from app.core.round_view import RoundView, added_event, call_event, done_event
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
 from app.protocol.events import StreamEvent
+from app.protocol.items import FunctionCallItem
 from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
@@ -393,6 +394,6 @@ class ToolLoop:
         )
 
 
-def _in_order(view: RoundView, items: list[JsonObject]) -> list[GatewayCall]:
+def _in_order(view: RoundView, items: list[FunctionCallItem]) -> list[GatewayCall]:
     """The gateway calls of ``items`` (the round's ``function_call`` items), in call order."""
-    return [view.calls[str(item.get("id"))] for item in items]
+    return [view.calls[item["id"]] for item in items]

@@ -8,7 +8,7 @@ class per ``type`` (after openai-python's ``types/responses``). ``AnyItem`` is t
 
 from __future__ import annotations
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict, TypeGuard
 
 from app.protocol.json_types import JsonObject
 
@@ -79,6 +79,12 @@ class ReasoningItem(TypedDict):
 KnownItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
 # Any item of an output or an input: a known shape, or one carried through as it came.
 AnyItem = KnownItem | JsonObject
+
+
+def is_function_call(item: AnyItem) -> TypeGuard[FunctionCallItem]:
+    """Narrowing by ``type``. The items the kernel closes have their type's fields (an
+    upstream's raw items are not checked here)."""
+    return item.get("type") == "function_call"
 
 
 # Prefix of generated ids, per item type (OpenAI's conventions).
