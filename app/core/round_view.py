@@ -23,6 +23,7 @@ from app.protocol.events import (
     OutputTextDoneEvent,
     StreamEvent,
 )
+from app.protocol.items import OutputText, is_output_text
 from app.protocol.json_types import JsonObject
 
 
@@ -56,8 +57,9 @@ class RoundView:
                 return [event]
             if ev.is_part_done(event):
                 key = (str(event["item_id"]), event["content_index"])
-                if key in self.citations:
-                    _add_citations(event["part"], self.citations[key])
+                part = event["part"]
+                if key in self.citations and is_output_text(part):
+                    _add_citations(part, self.citations[key])
                 return [event]
             if ev.is_item_done(event) and event["item"].get("type") == "message":
                 self.patch_message(event["item"])
@@ -175,7 +177,7 @@ class RoundView:
         return self.executors[call.name].open_item(call) | {"id": call.item_id}
 
 
-def _add_citations(part: JsonObject, citations: list[JsonObject]) -> None:
+def _add_citations(part: OutputText | JsonObject, citations: list[JsonObject]) -> None:
     annotations = part.get("annotations")
     if not isinstance(annotations, list):
         annotations = part["annotations"] = []

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final, Literal, TypedDict, TypeGuard
 
-from app.protocol.items import SummaryText
+from app.protocol.items import ContentPart, SummaryText
 from app.protocol.json_types import JsonObject
 
 RESPONSE_CREATED: Final = "response.created"
@@ -99,12 +99,12 @@ class SummaryAddress(ItemAddress):
 
 class ContentPartAddedEvent(_Event, PartAddress):
     type: Literal["response.content_part.added"]
-    part: JsonObject  # the known shapes: protocol.items.ContentPart
+    part: ContentPart
 
 
 class ContentPartDoneEvent(_Event, PartAddress):
     type: Literal["response.content_part.done"]
-    part: JsonObject  # the known shapes: protocol.items.ContentPart
+    part: ContentPart
 
 
 class OutputTextDeltaEvent(_Event, PartAddress):

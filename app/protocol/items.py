@@ -81,10 +81,16 @@ KnownItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningI
 AnyItem = KnownItem | JsonObject
 
 
+# Narrowing by ``type``: the items and parts the kernel builds and closes have their type's
+# fields (an upstream's raw items are not checked here).
+
+
 def is_function_call(item: AnyItem) -> TypeGuard[FunctionCallItem]:
-    """Narrowing by ``type``. The items the kernel closes have their type's fields (an
-    upstream's raw items are not checked here)."""
     return item.get("type") == "function_call"
+
+
+def is_output_text(part: ContentPart) -> TypeGuard[OutputText]:
+    return part.get("type") == "output_text"
 
 
 # Prefix of generated ids, per item type (OpenAI's conventions).

@@ -15,6 +15,7 @@ import orjson
 from app.core.ids import new_id
 from app.errors import UpstreamHTTPError, UpstreamProtocolError
 from app.net.http import error_envelope
+from app.protocol.items import AnyItem, ContentPart, FunctionCallItem
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
     ResponseHead,
@@ -26,6 +27,7 @@ from app.upstream.chat_items import (
     output_text_part,
     reasoning_item,
     reasoning_of,
+    reasoning_text_part,
     refusal_part,
     response_object,
     status_of,
@@ -50,11 +52,11 @@ def to_response(completion: JsonObject, request: JsonObject) -> JsonObject:
     message = choice.get("message")
     message = message if isinstance(message, dict) else {}
 
-    output: list[JsonObject] = []
+    output: list[AnyItem] = []
     reasoning = reasoning_of(message)
     if reasoning:
-        output.append(reasoning_item(new_id("rs"), reasoning, "completed"))
-    parts: list[JsonObject] = []
+        output.append(reasoning_item(new_id("rs"), [reasoning_text_part(reasoning)], "completed"))
+    parts: list[ContentPart] = []
     text = text_of(message.get("content"))
     if text:
         parts.append(output_text_part(text))
@@ -82,7 +84,7 @@ def to_response(completion: JsonObject, request: JsonObject) -> JsonObject:
     return response_object(head, status, output, usage_of(completion.get("usage")), incomplete)
 
 
-def _function_call(call: JsonObject) -> JsonObject:
+def _function_call(call: JsonObject) -> FunctionCallItem:
     function = call.get("function")
     function = function if isinstance(function, dict) else {}
     call_id = call.get("id")

@@ -41,6 +41,14 @@ from app.protocol.events import (
     ResponseLifecycleEvent,
     StreamEvent,
 )
+from app.protocol.items import (
+    AnyItem,
+    ContentPart,
+    FunctionCallItem,
+    ItemStatus,
+    MessageItem,
+    ReasoningItem,
+)
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
     ResponseHead,
@@ -51,6 +59,7 @@ from app.upstream.chat_items import (
     output_text_part,
     reasoning_item,
     reasoning_of,
+    reasoning_text_part,
     refusal_part,
     response_object,
     status_of,
@@ -64,11 +73,14 @@ logger = logging.getLogger(__name__)
 class _TextItem:
     """The open reasoning or message item: its finished parts and the part being streamed."""
 
-    __slots__ = ("buffer", "index", "item", "part_kind")
+    __slots__ = ("buffer", "index", "item", "part_kind", "parts")
 
-    def __init__(self, index: int, item: JsonObject) -> None:
+    def __init__(
+        self, index: int, item: MessageItem | ReasoningItem, parts: list[ContentPart]
+    ) -> None:
         self.index = index
         self.item = item
+        self.parts = parts  # the item's ``content``
         self.part_kind: str | None = None
         self.buffer: list[str] = []
 
@@ -78,7 +90,7 @@ class _Call:
 
     __slots__ = ("arguments", "index", "is_open", "item", "upstream_id")
 
-    def __init__(self, index: int, item: JsonObject, upstream_id: str | None) -> None:
+    def __init__(self, index: int, item: FunctionCallItem, upstream_id: str | None) -> None:
         self.index = index
         self.item = item
         self.upstream_id = upstream_id
@@ -93,7 +105,7 @@ class ChatStreamTranslator:
         self.done = False
         self._head = ResponseHead(new_id("resp"), int(time.time()), request.get("model"))
         self._started = False
-        self._output: list[JsonObject] = []
+        self._output: list[AnyItem] = []
         self._text: _TextItem | None = None
         self._calls: dict[int, _Call] = {}  # by the upstream's tool-call index
         self._open_calls: list[_Call] = []
@@ -214,11 +226,13 @@ class ChatStreamTranslator:
         events.append(_delta_event(part_kind, _address(text), delta))
 
     def _open_text(self, item_type: str, events: list[StreamEvent]) -> _TextItem:
+        parts: list[ContentPart] = []
+        item: MessageItem | ReasoningItem
         if item_type == "reasoning":
-            item = reasoning_item(new_id("rs"), None, "in_progress")
+            item = reasoning_item(new_id("rs"), parts, "in_progress")
         else:
-            item = message_item(new_id("msg"), [], "in_progress")
-        text = _TextItem(len(self._output), item)
+            item = message_item(new_id("msg"), parts, "in_progress")
+        text = _TextItem(len(self._output), item, parts)
         self._output.append(item)
         self._text = text
         added: OutputItemAddedEvent = {
@@ -254,11 +268,11 @@ class ChatStreamTranslator:
             "part": _part(part_kind, value),
         }
         events.append(part_done)
-        text.item["content"].append(part)
+        text.parts.append(part)
         text.part_kind = None
         text.buffer = []
 
-    def _close_text(self, events: list[StreamEvent], status: str) -> None:
+    def _close_text(self, events: list[StreamEvent], status: ItemStatus) -> None:
         text = self._text
         if text is None:
             return
@@ -270,7 +284,7 @@ class ChatStreamTranslator:
         done: OutputItemDoneEvent = {
             "type": ev.OUTPUT_ITEM_DONE,
             "output_index": text.index,
-            "item": {**item, "content": [dict(part) for part in item["content"]]},
+            "item": {**item, "content": [dict(part) for part in text.parts]},
         }
         events.append(done)
 
@@ -394,7 +408,9 @@ class ChatStreamTranslator:
     # ------------------------------------------------------------------ response
 
     def _response(self, status: str, incomplete: JsonObject | None) -> JsonObject:
-        output = [dict(item) for item in self._output] if status != "in_progress" else []
+        output: list[AnyItem] = (
+            [dict(item) for item in self._output] if status != "in_progress" else []
+        )
         return response_object(self._head, status, output, usage_of(self._usage), incomplete)
 
 
@@ -405,12 +421,12 @@ def _is_whole_object(fragments: list[str]) -> bool:
         return False
 
 
-def _part(kind: str, value: str) -> JsonObject:
+def _part(kind: str, value: str) -> ContentPart:
     if kind == "output_text":
         return output_text_part(value)
     if kind == "refusal":
         return refusal_part(value)
-    return {"type": "reasoning_text", "text": value}
+    return reasoning_text_part(value)
 
 
 def _address(text: _TextItem) -> PartAddress:
@@ -418,7 +434,7 @@ def _address(text: _TextItem) -> PartAddress:
     return {
         "item_id": text.item["id"],
         "output_index": text.index,
-        "content_index": len(text.item["content"]),
+        "content_index": len(text.parts),
     }
 
 
