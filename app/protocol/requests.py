@@ -5,7 +5,9 @@ client or a vendor extension sends. Items and tools stay plain JSON objects here
 item and tool types are carried through unchanged; ``protocol.items`` and ``protocol.tools`` name
 the ones the gateway understands. The parameters OpenAI defines are typed as OpenAI types them
 (``reasoning``, ``text``, ``tool_choice`` …), so that a malformed value is a 400 naming it
-rather than a surprise upstream; their own unknown keys are carried too.
+rather than a surprise upstream; their own unknown keys are carried too. A create request is
+parsed once, by the HTTP front end, into a ``ParsedRequest``: the kernel decides on its typed
+``params`` and forwards its raw ``body``.
 """
 
 from __future__ import annotations
