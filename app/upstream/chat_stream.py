@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import cast
 
 import orjson
 
@@ -31,13 +30,7 @@ from app.protocol.events import (
     FunctionCallArgumentsDoneEvent,
     OutputItemAddedEvent,
     OutputItemDoneEvent,
-    OutputTextDeltaEvent,
-    OutputTextDoneEvent,
     PartAddress,
-    ReasoningTextDeltaEvent,
-    ReasoningTextDoneEvent,
-    RefusalDeltaEvent,
-    RefusalDoneEvent,
     ResponseLifecycleEvent,
     StreamEvent,
 )
@@ -50,17 +43,15 @@ from app.protocol.items import (
     ReasoningItem,
 )
 from app.protocol.json_types import JsonObject
+from app.upstream.chat_events import as_json, part_of, text_delta_event, text_done_event
 from app.upstream.chat_items import (
     ResponseHead,
     arguments_text,
     error_of,
     function_call_item,
     message_item,
-    output_text_part,
     reasoning_item,
     reasoning_of,
-    reasoning_text_part,
-    refusal_part,
     response_object,
     status_of,
     text_of,
@@ -131,7 +122,7 @@ class ChatStreamTranslator:
                 "message": str(error.get("message") or "the upstream reported an error"),
                 "param": error.get("param"),
             }
-            return _as_json([failure])
+            return as_json([failure])
         events: list[StreamEvent] = []
         if not self._started:
             events.extend(self._start(chunk))
@@ -143,7 +134,7 @@ class ChatStreamTranslator:
             for choice in choices:
                 if isinstance(choice, dict) and choice.get("index") in (0, None):
                     self._choice(choice, events)
-        return _as_json(events)
+        return as_json(events)
 
     def finish(self) -> list[JsonObject]:
         """The upstream stream ended: close what is open and emit the terminal event."""
@@ -162,7 +153,7 @@ class ChatStreamTranslator:
             "response": response,
         }
         events.append(terminal)
-        return _as_json(events)
+        return as_json(events)
 
     # ------------------------------------------------------------------ chunks
 
@@ -223,7 +214,7 @@ class ChatStreamTranslator:
             self._close_part(text, events)
             self._open_part(text, part_kind, events)
         text.buffer.append(delta)
-        events.append(_delta_event(part_kind, _address(text), delta))
+        events.append(text_delta_event(part_kind, _address(text), delta))
 
     def _open_text(self, item_type: str, events: list[StreamEvent]) -> _TextItem:
         parts: list[ContentPart] = []
@@ -250,7 +241,7 @@ class ChatStreamTranslator:
         added: ContentPartAddedEvent = {
             "type": ev.CONTENT_PART_ADDED,
             **_address(text),
-            "part": _part(part_kind, ""),
+            "part": part_of(part_kind, ""),
         }
         events.append(added)
 
@@ -260,12 +251,12 @@ class ChatStreamTranslator:
             return
         value = "".join(text.buffer)
         address = _address(text)
-        part = _part(part_kind, value)
-        events.append(_done_event(part_kind, address, value))
+        part = part_of(part_kind, value)
+        events.append(text_done_event(part_kind, address, value))
         part_done: ContentPartDoneEvent = {
             "type": ev.CONTENT_PART_DONE,
             **address,
-            "part": _part(part_kind, value),
+            "part": part_of(part_kind, value),
         }
         events.append(part_done)
         text.parts.append(part)
@@ -421,14 +412,6 @@ def _is_whole_object(fragments: list[str]) -> bool:
         return False
 
 
-def _part(kind: str, value: str) -> ContentPart:
-    if kind == "output_text":
-        return output_text_part(value)
-    if kind == "refusal":
-        return refusal_part(value)
-    return reasoning_text_part(value)
-
-
 def _address(text: _TextItem) -> PartAddress:
     """The address of the part being streamed (its index: the parts finished before it)."""
     return {
@@ -436,44 +419,3 @@ def _address(text: _TextItem) -> PartAddress:
         "output_index": text.index,
         "content_index": len(text.parts),
     }
-
-
-def _delta_event(kind: str, address: PartAddress, delta: str) -> StreamEvent:
-    if kind == "output_text":
-        text: OutputTextDeltaEvent = {
-            "type": ev.OUTPUT_TEXT_DELTA,
-            **address,
-            "delta": delta,
-            "logprobs": [],
-        }
-        return text
-    if kind == "refusal":
-        refusal: RefusalDeltaEvent = {"type": ev.REFUSAL_DELTA, **address, "delta": delta}
-        return refusal
-    reasoning: ReasoningTextDeltaEvent = {
-        "type": ev.REASONING_TEXT_DELTA,
-        **address,
-        "delta": delta,
-    }
-    return reasoning
-
-
-def _done_event(kind: str, address: PartAddress, value: str) -> StreamEvent:
-    if kind == "output_text":
-        text: OutputTextDoneEvent = {
-            "type": ev.OUTPUT_TEXT_DONE,
-            **address,
-            "text": value,
-            "logprobs": [],
-        }
-        return text
-    if kind == "refusal":
-        refusal: RefusalDoneEvent = {"type": ev.REFUSAL_DONE, **address, "refusal": value}
-        return refusal
-    reasoning: ReasoningTextDoneEvent = {"type": ev.REASONING_TEXT_DONE, **address, "text": value}
-    return reasoning
-
-
-def _as_json(events: list[StreamEvent]) -> list[JsonObject]:
-    """The events as the upstream port carries them: JSON objects (which they are at run time)."""
-    return cast(list[JsonObject], events)
