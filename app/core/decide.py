@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.protocol.items import FunctionCallItem, is_function_call
 from app.protocol.json_types import JsonObject
 
 
@@ -13,7 +14,7 @@ from app.protocol.json_types import JsonObject
 class Continue:
     """Gateway calls to run, then another round."""
 
-    calls: list[JsonObject]
+    calls: list[FunctionCallItem]
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +22,9 @@ class RequiresClientAction:
     """The client must act: run the round's gateway calls, then return the client's calls
     (``function_call``) and the approval requests."""
 
-    calls: list[JsonObject]
-    client_calls: list[JsonObject]
-    approvals: list[JsonObject] = field(default_factory=list)
+    calls: list[FunctionCallItem]
+    client_calls: list[FunctionCallItem]
+    approvals: list[FunctionCallItem] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class Done:
 class Incomplete:
     """The round cap is reached while the model still wants tools: ``calls`` are not run."""
 
-    calls: list[JsonObject]
+    calls: list[FunctionCallItem]
     reason: str
 
 
@@ -59,15 +60,15 @@ def decide_next(
     ``needs_approval`` the item ids of gateway calls that wait for the client's approval.
     ``round_number`` counts from 1.
     """
-    calls: list[JsonObject] = []
-    client_calls: list[JsonObject] = []
-    approvals: list[JsonObject] = []
+    calls: list[FunctionCallItem] = []
+    client_calls: list[FunctionCallItem] = []
+    approvals: list[FunctionCallItem] = []
     for item in round_output:
-        if item.get("type") != "function_call":
+        if not is_function_call(item):
             continue
-        if item.get("name") not in gateway_names:
+        if item["name"] not in gateway_names:
             client_calls.append(item)
-        elif item.get("id") in needs_approval:
+        elif item["id"] in needs_approval:
             approvals.append(item)
         else:
             calls.append(item)

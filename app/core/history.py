@@ -16,6 +16,7 @@ from app.core.ports import ResponseStore
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.items import ITEM_ID_PREFIXES
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ConversationRef, CreateResponseRequest
 
 _TEXT_PART = {"assistant": "output_text"}  # every other role writes input_text
 
@@ -41,12 +42,11 @@ class History:
         return [*self.history_items, *self.input_items]
 
 
-def conversation_id_of(body: JsonObject) -> str | None:
-    conversation = body.get("conversation")
-    if isinstance(conversation, dict):
-        value = conversation.get("id")
-        return value if isinstance(value, str) else None
-    return conversation if isinstance(conversation, str) else None
+def conversation_id_of(request: CreateResponseRequest) -> str | None:
+    conversation = request.conversation
+    if isinstance(conversation, ConversationRef):
+        return conversation.id
+    return conversation
 
 
 def canonical_item(item: JsonObject) -> JsonObject:
@@ -145,11 +145,11 @@ def pending_call_ids(output: list[JsonObject]) -> list[str]:
     ]
 
 
-async def rehydrate(store: ResponseStore, body: JsonObject) -> History:
+async def rehydrate(store: ResponseStore, request: CreateResponseRequest) -> History:
     """The history and input of a request (see the module docstring)."""
-    previous_id = body.get("previous_response_id")
-    conversation_id = conversation_id_of(body)
-    if previous_id and body.get("conversation") is not None:
+    previous_id = request.previous_response_id
+    conversation_id = conversation_id_of(request)
+    if previous_id and request.conversation is not None:
         raise InvalidRequestError(
             "Mutually exclusive parameters: Ensure you are only providing one of: "
             "'previous_response_id' or 'conversation'.",
@@ -157,7 +157,7 @@ async def rehydrate(store: ResponseStore, body: JsonObject) -> History:
             code="mutually_exclusive_parameters",
         )
     history = History(conversation_id=conversation_id)
-    raw_input = as_input_list(body.get("input"))
+    raw_input = as_input_list(request.input)
     if previous_id:
         parent = await store.get_response(previous_id)
         if parent is None:

@@ -3,9 +3,10 @@
 ``ToolLoop`` runs the rounds of one response and yields the client's events (unnumbered:
 ``core.stream.ResponseLifecycle`` numbers them), one lifecycle across every round:
 ``output_index`` is global, the upstream's ``function_call`` events for gateway-owned calls are
-replaced by the executor's own item events (``mcp_call`` …), and text streams live. After the
-iteration its ``output``, ``status``, ``usage``, ``error`` and ``incomplete_details`` describe
-the final response, like ``ResponseAccumulator``'s do for a single round.
+replaced by the executor's own item events (``mcp_call`` …: ``core.round_view``), and text
+streams live. After the iteration its ``output``, ``status``, ``usage``, ``error`` and
+``incomplete_details`` describe the final response, like ``ResponseAccumulator``'s do for a
+single round.
 
 Two lists grow side by side: ``output`` is what the client sees; ``_model_items`` is what the
 next round's upstream reads (the model's own items, its calls as ``function_call`` and their
@@ -17,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,9 +27,11 @@ from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, de
 from app.core.jsoncopy import clone
 from app.core.observe import ToolCallEvent, ToolEvents, preview_of
 from app.core.ports import SingleResponseStream, Upstream, UpstreamEventStream
+from app.core.round_view import RoundView, added_event, call_event, done_event
 from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
-from app.protocol import events as ev
+from app.protocol.events import StreamEvent
+from app.protocol.items import FunctionCallItem
 from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
@@ -45,167 +48,15 @@ class LoopLimits:
     round_timeout: float | None = None
 
 
-class _RoundView:
-    """Rewrites one round's client events: gateway calls become the executor's items."""
+@dataclass(frozen=True, slots=True)
+class LoopRequest:
+    """What a loop sends upstream each round, and for which response."""
 
-    def __init__(
-        self,
-        executors: Mapping[str, ToolExecutor],
-        annotators: list[Callable[[str], list[JsonObject]]] | None = None,
-    ) -> None:
-        self.executors = executors
-        self.annotators = annotators or []
-        self.calls: dict[str, GatewayCall] = {}  # accumulator item id -> call
-        # accumulator item id -> the item asking the client to approve that call
-        self.approvals: dict[str, JsonObject] = {}
-        self.open_calls: dict[str, GatewayCall] = {}  # client item id -> call not closed yet
-        # (message id, content index) -> citations added to that output_text part
-        self.citations: dict[tuple[str, int], list[JsonObject]] = {}
-        self._annotation_counts: dict[tuple[str, int], int] = {}
-
-    def translate(self, event: JsonObject) -> list[JsonObject]:
-        kind = event.get("type")
-        if kind == ev.OUTPUT_ITEM_ADDED:
-            return self._on_added(event)
-        if self.annotators:
-            if kind == ev.OUTPUT_TEXT_DONE:
-                return self._cite(event)
-            if kind == ev.OUTPUT_TEXT_ANNOTATION_ADDED:
-                key = (str(event.get("item_id")), int(event.get("content_index") or 0))
-                self._annotation_counts[key] = self._annotation_counts.get(key, 0) + 1
-                return [event]
-            if kind == ev.CONTENT_PART_DONE:
-                key = (str(event.get("item_id")), int(event.get("content_index") or 0))
-                if key in self.citations and isinstance(event.get("part"), dict):
-                    _add_citations(event["part"], self.citations[key])
-                return [event]
-            if kind == ev.OUTPUT_ITEM_DONE and (event.get("item") or {}).get("type") == "message":
-                self.patch_message(event["item"])
-                return [event]
-        if kind in (ev.FUNCTION_CALL_ARGUMENTS_DELTA, ev.FUNCTION_CALL_ARGUMENTS_DONE):
-            call = self.calls.get(str(event.get("item_id")))
-            if call is None:
-                return [event]
-            return self._on_arguments(call, event)
-        if kind == ev.OUTPUT_ITEM_DONE:
-            item = event.get("item") or {}
-            call = self.calls.get(str(item.get("id")))
-            if call is None:
-                return [event]
-            call.arguments = str(item.get("arguments") or call.arguments)
-            request = self.approvals.get(str(item.get("id")))
-            if request is not None:
-                request["arguments"] = call.arguments
-                index = call.output_index
-                self.open_calls.pop(call.item_id, None)
-                return [_added(index, request), _done(index, request)]
-            return []  # closed once the call has run
-        return [event]
-
-    def _on_added(self, event: JsonObject) -> list[JsonObject]:
-        item = event.get("item") or {}
-        if item.get("type") != "function_call":
-            return [event]
-        executor = self.executors.get(str(item.get("name")))
-        if executor is None:
-            return [event]
-        index = int(event["output_index"])
-        call = GatewayCall(
-            item_id="",
-            call_id=str(item.get("call_id") or ""),
-            name=str(item.get("name")),
-            arguments=str(item.get("arguments") or ""),
-            output_index=index,
-        )
-        self.calls[str(item.get("id"))] = call
-        request = executor.approval_item(call)
-        if request is not None:
-            self.approvals[str(item.get("id"))] = request
-            call.item_id = str(request["id"])
-            return []
-        opened = executor.open_item(call)
-        call.item_id = str(opened["id"])
-        self.open_calls[call.item_id] = call
-        events = [_added(index, opened)]
-        events.extend(_call_event(t, call) for t in executor.presentation.opened_events)
-        return events
-
-    def _on_arguments(self, call: GatewayCall, event: JsonObject) -> list[JsonObject]:
-        executor = self.executors[call.name]
-        names = executor.presentation.arguments_events
-        if call.item_id not in self.open_calls or names is None:
-            return []
-        if event["type"] == ev.FUNCTION_CALL_ARGUMENTS_DELTA:
-            return [{**_call_event(names[0], call), "delta": event.get("delta", "")}]
-        call.arguments = str(event.get("arguments") or call.arguments)
-        return [{**_call_event(names[1], call), "arguments": call.arguments}]
-
-    def _cite(self, event: JsonObject) -> list[JsonObject]:
-        """After an output_text part is complete: the citations of what the tools found."""
-        text = event.get("text")
-        if not isinstance(text, str) or not text:
-            return [event]
-        key = (str(event.get("item_id")), int(event.get("content_index") or 0))
-        found = [a for annotate in self.annotators for a in annotate(text)]
-        if not found:
-            return [event]
-        self.citations[key] = found
-        start = self._annotation_counts.get(key, 0)
-        added = [
-            {
-                "type": ev.OUTPUT_TEXT_ANNOTATION_ADDED,
-                "output_index": event.get("output_index"),
-                "item_id": event.get("item_id"),
-                "content_index": event.get("content_index"),
-                "annotation_index": start + n,
-                "annotation": clone(annotation),
-            }
-            for n, annotation in enumerate(found)
-        ]
-        return [event, *added]
-
-    def patch_message(self, item: JsonObject) -> None:
-        """Give a message item's parts the citations computed for them."""
-        content = item.get("content")
-        if not isinstance(content, list):
-            return
-        for index, part in enumerate(content):
-            extra = self.citations.get((str(item.get("id")), index))
-            if extra and isinstance(part, dict):
-                _add_citations(part, extra)
-
-    def client_item(self, item: JsonObject) -> JsonObject:
-        """The client's view of a finished round's item (gateway calls: their open item)."""
-        call = self.calls.get(str(item.get("id")))
-        if call is None:
-            if self.citations and item.get("type") == "message":
-                self.patch_message(item)
-            return item
-        request = self.approvals.get(str(item.get("id")))
-        if request is not None:
-            return request | {"arguments": call.arguments}
-        return self.executors[call.name].open_item(call) | {"id": call.item_id}
-
-
-def _add_citations(part: JsonObject, citations: list[JsonObject]) -> None:
-    annotations = part.get("annotations")
-    if not isinstance(annotations, list):
-        annotations = part["annotations"] = []
-    for citation in citations:
-        if citation not in annotations:
-            annotations.append(clone(citation))
-
-
-def _added(index: int, item: JsonObject) -> JsonObject:
-    return {"type": ev.OUTPUT_ITEM_ADDED, "output_index": index, "item": clone(item)}
-
-
-def _done(index: int, item: JsonObject) -> JsonObject:
-    return {"type": ev.OUTPUT_ITEM_DONE, "output_index": index, "item": clone(item)}
-
-
-def _call_event(kind: str, call: GatewayCall) -> JsonObject:
-    return {"type": kind, "output_index": call.output_index, "item_id": call.item_id}
+    upstream_body: JsonObject  # the client's body without the fields the loop answers
+    headers: Mapping[str, str]
+    stream: bool
+    response_id: str
+    max_tool_calls: int | None = None
 
 
 def add_usage(total: JsonObject | None, more: JsonObject | None) -> JsonObject | None:
@@ -234,28 +85,24 @@ class ToolLoop:
         self,
         *,
         upstream: Upstream,
-        headers: Mapping[str, str],
-        upstream_body: JsonObject,
+        request: LoopRequest,
         prepared: PreparedTools,
         limits: LoopLimits,
-        stream: bool,
-        response_id: str,
-        max_tool_calls: int | None = None,
         tool_events: ToolEvents | None = None,
     ) -> None:
         self._upstream = upstream
-        self._headers = headers
-        self._body = upstream_body
+        self._headers = request.headers
+        self._body = request.upstream_body
         self._prepared = prepared
         self._limits = limits
-        self._stream = stream
-        self._response_id = response_id
-        self._max_tool_calls = max_tool_calls
+        self._stream = request.stream
+        self._response_id = request.response_id
+        self._max_tool_calls = request.max_tool_calls
         self._tool_events = tool_events or ToolEvents()
         self._model_items: list[JsonObject] = list(prepared.upstream_input)
         self._pending: UpstreamEventStream | None = None
         self._accumulator: ResponseAccumulator | None = None
-        self._view: _RoundView | None = None
+        self._view: RoundView | None = None
         self._held: dict[str, tuple[GatewayCall, ToolExecutor]] = {}
         self._calls_run = 0
         self._results_fed = False
@@ -283,15 +130,15 @@ class ToolLoop:
                     f"the upstream did not answer round 1 within {deadline} s"
                 ) from None
 
-    async def events(self) -> AsyncIterator[JsonObject]:
+    async def events(self) -> AsyncIterator[StreamEvent]:
         """The client's events for every round; sets the final state when it ends."""
         for prelude in self._prepared.prelude:
             index = len(self.output)
             self.output.append(prelude.item)
-            yield _added(index, prelude.opening)
+            yield added_event(index, prelude.opening)
             for kind in prelude.events:
                 yield {"type": kind, "output_index": index, "item_id": prelude.item.get("id")}
-            yield _done(index, prelude.item)
+            yield done_event(index, prelude.item)
         if self._prepared.approved:
             for call, executor in self._prepared.approved:
                 call.output_index = len(self.output)
@@ -311,9 +158,9 @@ class ToolLoop:
             if self.finished:
                 return
 
-    def finish(self, status: str = "incomplete") -> list[JsonObject]:
+    def finish(self, status: str = "incomplete") -> list[StreamEvent]:
         """Close every item still open (the response failed); returns the closing events."""
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         accumulator, view = self._accumulator, self._view
         if accumulator is not None and view is not None:
             for event in accumulator.finish(status):
@@ -327,7 +174,7 @@ class ToolLoop:
                 call, "the response ended before this call finished", status="incomplete"
             )
             self._set_output(call.output_index, result.item)
-            events.append(_done(call.output_index, result.item))
+            events.append(done_event(call.output_index, result.item))
         self._held.clear()
         return events
 
@@ -350,10 +197,10 @@ class ToolLoop:
             return await self._upstream.stream_response(body, self._headers)
         return SingleResponseStream(await self._upstream.create_response(body, self._headers))
 
-    async def _run_round(self) -> AsyncIterator[JsonObject]:
+    async def _run_round(self) -> AsyncIterator[StreamEvent]:
         offset = len(self.output)
         accumulator = ResponseAccumulator(output_offset=offset)
-        view = _RoundView(self._prepared.executors, self._prepared.annotators)
+        view = RoundView(self._prepared.executors, self._prepared.annotators)
         self._accumulator, self._view = accumulator, view
         deadline = self._limits.round_timeout
         try:
@@ -429,19 +276,19 @@ class ToolLoop:
 
     def _open_call_events(
         self, call: GatewayCall, executor: ToolExecutor, opened: JsonObject
-    ) -> list[JsonObject]:
-        events = [_added(call.output_index, opened)]
-        events.extend(_call_event(t, call) for t in executor.presentation.opened_events)
+    ) -> list[StreamEvent]:
+        events: list[StreamEvent] = [added_event(call.output_index, opened)]
+        events.extend(call_event(t, call) for t in executor.presentation.opened_events)
         names = executor.presentation.arguments_events
         if names is not None:
-            events.append({**_call_event(names[0], call), "delta": call.arguments})
-            events.append({**_call_event(names[1], call), "arguments": call.arguments})
+            events.append({**call_event(names[0], call), "delta": call.arguments})
+            events.append({**call_event(names[1], call), "arguments": call.arguments})
         self._held[call.item_id] = (call, executor)
         return events
 
     async def _run_calls(
         self, pairs: list[tuple[GatewayCall, ToolExecutor]]
-    ) -> AsyncIterator[JsonObject]:
+    ) -> AsyncIterator[StreamEvent]:
         """Run gateway calls concurrently (bounded); results are reported in call order."""
         runnable: list[tuple[GatewayCall, ToolExecutor]] = []
         refused: dict[str, ToolResult] = {}
@@ -457,7 +304,7 @@ class ToolLoop:
             runnable.append((call, executor))
         for call, executor in runnable:
             for kind in executor.presentation.running_events:
-                yield _call_event(kind, call)
+                yield call_event(kind, call)
         semaphore = asyncio.Semaphore(self._limits.max_concurrency)
         tasks = {
             call.item_id: asyncio.create_task(self._run_one(call, executor, semaphore))
@@ -510,14 +357,14 @@ class ToolLoop:
 
     def _close_call(
         self, call: GatewayCall, executor: ToolExecutor, result: ToolResult
-    ) -> list[JsonObject]:
+    ) -> list[StreamEvent]:
         self._held.pop(call.item_id, None)
         self._set_output(call.output_index, result.item)
         presentation = executor.presentation
         kind = presentation.completed_event if result.ok else presentation.failed_event
-        return [_call_event(kind, call), _done(call.output_index, result.item)]
+        return [call_event(kind, call), done_event(call.output_index, result.item)]
 
-    async def _close_unrun(self, message: str, status: str) -> AsyncIterator[JsonObject]:
+    async def _close_unrun(self, message: str, status: str) -> AsyncIterator[StreamEvent]:
         for call, executor in list(self._held.values()):
             result = executor.error_result(call, message, status=status)
             for event in self._close_call(call, executor, result):
@@ -540,6 +387,6 @@ class ToolLoop:
         )
 
 
-def _in_order(view: _RoundView, items: list[JsonObject]) -> list[GatewayCall]:
+def _in_order(view: RoundView, items: list[FunctionCallItem]) -> list[GatewayCall]:
     """The gateway calls of ``items`` (the round's ``function_call`` items), in call order."""
-    return [view.calls[str(item.get("id"))] for item in items]
+    return [view.calls[item["id"]] for item in items]

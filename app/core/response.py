@@ -9,6 +9,7 @@ missing or ``null`` where the Open Responses schema requires a value.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from app.core.ids import new_id
@@ -286,21 +287,24 @@ def normalize_item(
     return item
 
 
+@dataclass(slots=True)
+class ResponseOutcome:
+    """What a response came to: the parts of its Response object the request does not give."""
+
+    status: str
+    output: list[JsonObject]
+    upstream: JsonObject | None = None  # the upstream's own Response object, when it has one
+    usage: JsonObject | None = None
+    error: JsonObject | None = None
+    incomplete_details: JsonObject | None = None
+    completed_at: int | None = None
+
+
 def build_response(
-    *,
-    request: JsonObject,
-    response_id: str,
-    created_at: int,
-    status: str,
-    output: list[JsonObject],
-    upstream: JsonObject | None = None,
-    usage: JsonObject | None = None,
-    error: JsonObject | None = None,
-    incomplete_details: JsonObject | None = None,
-    completed_at: int | None = None,
+    request: JsonObject, response_id: str, created_at: int, outcome: ResponseOutcome
 ) -> JsonObject:
     """The gateway's Response object for a client request."""
-    upstream = upstream or {}
+    upstream = outcome.upstream or {}
     fields: JsonObject = {}
     for key in _UPSTREAM_FIELDS:
         value = upstream.get(key)
@@ -319,13 +323,13 @@ def build_response(
         "id": response_id,
         "object": "response",
         "created_at": created_at,
-        "status": status,
-        "completed_at": completed_at,
-        "error": normalize_error(error),
-        "incomplete_details": incomplete_details,
+        "status": outcome.status,
+        "completed_at": outcome.completed_at,
+        "error": normalize_error(outcome.error),
+        "incomplete_details": outcome.incomplete_details,
         "model": model,
-        "output": output,
-        "usage": usage if usage is not None else empty_usage(),
+        "output": outcome.output,
+        "usage": outcome.usage if outcome.usage is not None else empty_usage(),
     }
     for key, default in _DEFAULTS.items():
         if key not in merged:

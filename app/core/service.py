@@ -15,17 +15,25 @@ from typing import Any
 from app.core.accumulator import ResponseAccumulator
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
-from app.core.loop import LoopLimits, ToolLoop
+from app.core.loop import LoopLimits, LoopRequest, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
 from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
-from app.core.response import build_response, normalize_item, normalize_usage, without_secrets
+from app.core.response import (
+    ResponseOutcome,
+    build_response,
+    normalize_item,
+    normalize_usage,
+    without_secrets,
+)
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.core.tools import ToolKit
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
+from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +57,7 @@ class _SingleRound:
     def accumulator(self) -> ResponseAccumulator:
         return self._accumulator
 
-    async def events(self) -> AsyncIterator[JsonObject]:
+    async def events(self) -> AsyncIterator[StreamEvent]:
         accumulator = self._accumulator
         async for upstream_event in self._upstream_events:
             for event in accumulator.feed(upstream_event):
@@ -61,7 +69,7 @@ class _SingleRound:
                 "the upstream stream ended before the response was complete"
             )
 
-    def finish(self, status: str) -> list[JsonObject]:
+    def finish(self, status: str) -> list[StreamEvent]:
         return self._accumulator.finish(status)
 
     async def aclose(self) -> None:
@@ -90,10 +98,11 @@ class ResponsesService:
 
     # ------------------------------------------------------------------ create
 
-    async def _prepare(self, body: JsonObject) -> tuple[History, JsonObject]:
+    async def _prepare(self, request: ParsedRequest) -> tuple[History, JsonObject]:
         """Check, rehydrate; the upstream body is the client's own unless history joins it."""
-        check_tool_choice(body)
-        history = await rehydrate(self.store, body)
+        body = request.body
+        check_tool_choice(request.params)
+        history = await rehydrate(self.store, request.params)
         referenced = len(history.new_input_items) != len(history.input_items)
         if not history.stateful and not referenced:
             return history, body
@@ -103,7 +112,7 @@ class ResponsesService:
 
     async def _tool_loop(
         self,
-        body: JsonObject,
+        request: ParsedRequest,
         history: History,
         headers: Mapping[str, str],
         response_id: str,
@@ -114,15 +123,16 @@ class ResponsesService:
         toolkit = self.toolkit
         if toolkit is None:
             return None
+        body = request.body
         items = [*history.history_items, *history.input_items]
         if not toolkit.involves_gateway(body, items):
             return None
         prepared = await toolkit.prepare(body, history.history_items, history.input_items)
         upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
-        include = body.get("include")
+        include: list[Any] | None = request.params.include
         if prepared.upstream_include is not None:
             include = prepared.upstream_include
-        if isinstance(include, list):
+        if include is not None:
             # What the gateway's own items include (the toolkit's ``include_values``) is the
             # gateway's business: an upstream would reject the values it does not know.
             answered = toolkit.include_values
@@ -135,27 +145,29 @@ class ResponsesService:
             upstream_body["tools"] = prepared.upstream_tools
             if prepared.tool_choice is not None:
                 upstream_body["tool_choice"] = prepared.tool_choice
-        max_tool_calls = body.get("max_tool_calls")
-        return ToolLoop(
-            upstream=self.upstream,
-            headers=headers,
+        loop_request = LoopRequest(
             upstream_body=upstream_body,
-            prepared=prepared,
-            limits=self.limits,
+            headers=headers,
             stream=stream,
             response_id=response_id,
-            max_tool_calls=max_tool_calls if isinstance(max_tool_calls, int) else None,
+            max_tool_calls=request.params.max_tool_calls,
+        )
+        return ToolLoop(
+            upstream=self.upstream,
+            request=loop_request,
+            prepared=prepared,
+            limits=self.limits,
             tool_events=self.tool_events,
         )
 
-    async def create(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+    async def create(self, request: ParsedRequest, headers: Mapping[str, str]) -> JsonObject:
         """Non-streaming create: the final Response object (stored unless ``store`` is false)."""
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(body)
-        loop = await self._tool_loop(body, history, headers, response_id, stream=False)
+        history, upstream_body = await self._prepare(request)
+        loop = await self._tool_loop(request, history, headers, response_id, stream=False)
         if loop is not None:
-            return await self._create_looped(body, history, loop, response_id, created_at)
+            return await self._create_looped(request, history, loop, response_id, created_at)
         data = await self.upstream.create_response(upstream_body, headers)
         raw_output = data.get("output")
         output = [
@@ -167,10 +179,7 @@ class ResponsesService:
         status = status if status in _FINAL_STATUSES else "completed"
         error = data.get("error")
         details = data.get("incomplete_details")
-        response = build_response(
-            request=self._echoed(body),
-            response_id=response_id,
-            created_at=created_at,
+        outcome = ResponseOutcome(
             status=status,
             output=output,
             upstream=data,
@@ -179,12 +188,13 @@ class ResponsesService:
             incomplete_details=details if isinstance(details, dict) else None,
             completed_at=self._completed_at(status),
         )
-        await self._persist(body, history, response)
+        response = build_response(self._echoed(request.body), response_id, created_at, outcome)
+        await self._persist(request, history, response)
         return response
 
     async def _create_looped(
         self,
-        body: JsonObject,
+        request: ParsedRequest,
         history: History,
         loop: ToolLoop,
         response_id: str,
@@ -197,10 +207,7 @@ class ResponsesService:
         finally:
             await loop.aclose()
         status = loop.status or "completed"
-        response = build_response(
-            request=self._echoed(body),
-            response_id=response_id,
-            created_at=created_at,
+        outcome = ResponseOutcome(
             status=status,
             output=loop.output,
             upstream=loop.upstream_response,
@@ -209,11 +216,12 @@ class ResponsesService:
             incomplete_details=loop.incomplete_details,
             completed_at=self._completed_at(status),
         )
-        await self._persist(body, history, response)
+        response = build_response(self._echoed(request.body), response_id, created_at, outcome)
+        await self._persist(request, history, response)
         return response
 
     async def open_stream(
-        self, body: JsonObject, headers: Mapping[str, str]
+        self, request: ParsedRequest, headers: Mapping[str, str]
     ) -> AsyncIterator[JsonObject]:
         """Start a streaming create.
 
@@ -223,22 +231,22 @@ class ResponsesService:
         """
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(body)
-        loop = await self._tool_loop(body, history, headers, response_id, stream=True)
+        history, upstream_body = await self._prepare(request)
+        loop = await self._tool_loop(request, history, headers, response_id, stream=True)
         if loop is not None:
             try:
                 await loop.open()
             except BaseException:
                 await loop.aclose()
                 raise
-            return self._stream(body, history, loop, loop, response_id, created_at)
+            return self._stream(request, history, loop, loop, response_id, created_at)
         upstream_events = await self.upstream.stream_response(upstream_body, headers)
         single = _SingleRound(upstream_events)
-        return self._stream(body, history, single, single.accumulator, response_id, created_at)
+        return self._stream(request, history, single, single.accumulator, response_id, created_at)
 
     async def _stream(
         self,
-        body: JsonObject,
+        request: ParsedRequest,
         history: History,
         source: _SingleRound | ToolLoop,
         state: ResponseAccumulator | ToolLoop,
@@ -248,18 +256,13 @@ class ResponsesService:
         """One client lifecycle around ``source``'s events; ``state`` holds the response's
         output, status and usage as they grow."""
         lifecycle = ResponseLifecycle()
-        echoed = self._echoed(body)
+        echoed = self._echoed(request.body)
 
         def snapshot(status: str, **fields: Any) -> JsonObject:
-            return build_response(
-                request=echoed,
-                response_id=response_id,
-                created_at=created_at,
-                status=status,
-                output=state.output,
-                upstream=state.upstream_response,
-                **fields,
+            outcome = ResponseOutcome(
+                status=status, output=state.output, upstream=state.upstream_response, **fields
             )
+            return build_response(echoed, response_id, created_at, outcome)
 
         try:
             opening = snapshot("in_progress")
@@ -269,8 +272,8 @@ class ResponsesService:
             failure: JsonObject | None = None
             final: JsonObject | None = None
             try:
-                async for event in source.events():
-                    yield lifecycle.stamp(event)
+                async for produced in source.events():
+                    yield lifecycle.stamp(produced)
                 if state.status == "failed":
                     failure = state.error or {
                         "code": "upstream_error",
@@ -284,15 +287,15 @@ class ResponsesService:
                         incomplete_details=state.incomplete_details,
                         completed_at=self._completed_at(status),
                     )
-                    await self._persist(body, history, final)
+                    await self._persist(request, history, final)
             except GatewayError as exc:
                 failure = {"code": exc.code or exc.type, "message": exc.message}
             except Exception as exc:  # a bug must not cut the stream silently
                 logger.exception("stream failed", extra={"response_id": response_id})
                 failure = {"code": "server_error", "message": f"internal error: {exc!r}"}
             if failure is not None:
-                for event in source.finish("incomplete"):
-                    yield lifecycle.stamp(event)
+                for closing in source.finish("incomplete"):
+                    yield lifecycle.stamp(closing)
                 failed = snapshot("failed", usage=state.usage, error=failure)
                 for event in lifecycle.failure(failure, failed):
                     yield event
@@ -302,10 +305,12 @@ class ResponsesService:
         finally:
             await source.aclose()
 
-    async def _persist(self, body: JsonObject, history: History, response: JsonObject) -> None:
+    async def _persist(
+        self, request: ParsedRequest, history: History, response: JsonObject
+    ) -> None:
         """Store a final response and its items in one transaction (OpenAI: ``store`` defaults
         to true; failed responses and ``store: false`` write nothing)."""
-        if body.get("store") is False or response["status"] not in _STORED_STATUSES:
+        if request.params.store is False or response["status"] not in _STORED_STATUSES:
             return
         try:
             await self._save(history, response)

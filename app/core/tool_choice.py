@@ -8,18 +8,25 @@ toolkit's to translate.
 
 from __future__ import annotations
 
+from typing import Any
+
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import (
+    AllowedToolsChoice,
+    CreateResponseRequest,
+    CustomChoice,
+    FunctionChoice,
+)
 
 # Choice types that name one tool of that type by ``name``.
 _NAMED_CHOICES = frozenset({"function", "custom"})
 
 
-def check_tool_choice(body: JsonObject) -> None:
+def check_tool_choice(request: CreateResponseRequest) -> None:
     """A 400 naming ``tool_choice`` when it asks for a tool the request does not offer."""
-    choice = body.get("tool_choice")
-    raw_tools = body.get("tools")
-    tools = [t for t in raw_tools if isinstance(t, dict)] if isinstance(raw_tools, list) else []
+    choice = request.tool_choice
+    tools = request.tools or []
     if choice == "required" and not tools:
         raise InvalidRequestError(
             "Invalid value for 'tool_choice': 'required' is only allowed when 'tools' are "
@@ -27,16 +34,15 @@ def check_tool_choice(body: JsonObject) -> None:
             param="tool_choice",
             code="invalid_value",
         )
-    if isinstance(choice, dict) and choice.get("type") in _NAMED_CHOICES:
-        _check_named(choice, tools, "tool_choice")
-    elif isinstance(choice, dict) and choice.get("type") == "allowed_tools":
-        for index, entry in enumerate(choice.get("tools") or []):
-            if isinstance(entry, dict) and entry.get("type") in _NAMED_CHOICES:
-                _check_named(entry, tools, f"tool_choice.tools[{index}]")
+    if isinstance(choice, FunctionChoice | CustomChoice):
+        _check_named(choice.type, choice.name, tools, "tool_choice")
+    elif isinstance(choice, AllowedToolsChoice):
+        for index, entry in enumerate(choice.tools):
+            if entry.get("type") in _NAMED_CHOICES:
+                _check_named(entry["type"], entry.get("name"), tools, f"tool_choice.tools[{index}]")
 
 
-def _check_named(choice: JsonObject, tools: list[JsonObject], param: str) -> None:
-    kind, name = choice.get("type"), choice.get("name")
+def _check_named(kind: str, name: Any, tools: list[JsonObject], param: str) -> None:
     if any(t.get("type") == kind and t.get("name") == name for t in tools):
         return
     raise InvalidRequestError(

@@ -1,46 +1,50 @@
-"""Stream events of the Responses API.
+"""Stream events of the Responses API: their type names and their shapes.
 
 Events travel as plain JSON objects: the gateway emits tens of thousands of them a second and
 carries unknown vendor events through unchanged, so no model object is built per event. The
-TypedDicts below name the shapes the gateway emits itself, one class per ``type``.
+TypedDicts below name the shapes of the events the gateway emits itself, one class per ``type``
+(after openai-python's ``types/responses``), for type checkers only: ``StreamEvent`` is their
+union plus ``JsonObject``, the open fallback every other event travels as. They leave out
+``sequence_number``: ``core.stream.ResponseLifecycle`` adds it as it sends an event.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Final, Literal, TypedDict, TypeGuard
 
-Event = dict[str, Any]
+from app.protocol.items import ContentPart, SummaryText
+from app.protocol.json_types import JsonObject
 
-RESPONSE_CREATED = "response.created"
-RESPONSE_IN_PROGRESS = "response.in_progress"
-RESPONSE_QUEUED = "response.queued"
-RESPONSE_COMPLETED = "response.completed"
-RESPONSE_INCOMPLETE = "response.incomplete"
-RESPONSE_FAILED = "response.failed"
-RESPONSE_DONE = "response.done"  # not OpenAI's: some servers send it instead of .completed
-ERROR = "error"
+RESPONSE_CREATED: Final = "response.created"
+RESPONSE_IN_PROGRESS: Final = "response.in_progress"
+RESPONSE_QUEUED: Final = "response.queued"
+RESPONSE_COMPLETED: Final = "response.completed"
+RESPONSE_INCOMPLETE: Final = "response.incomplete"
+RESPONSE_FAILED: Final = "response.failed"
+RESPONSE_DONE: Final = "response.done"  # not OpenAI's: some servers send it instead of .completed
+ERROR: Final = "error"
 # Not an event on the wire: the upstream adapter reports ``data: [DONE]`` with it.
-STREAM_DONE = "[DONE]"
+STREAM_DONE: Final = "[DONE]"
 
-OUTPUT_ITEM_ADDED = "response.output_item.added"
-OUTPUT_ITEM_DONE = "response.output_item.done"
-CONTENT_PART_ADDED = "response.content_part.added"
-CONTENT_PART_DONE = "response.content_part.done"
-OUTPUT_TEXT_DELTA = "response.output_text.delta"
-OUTPUT_TEXT_DONE = "response.output_text.done"
-OUTPUT_TEXT_ANNOTATION_ADDED = "response.output_text.annotation.added"
-REFUSAL_DELTA = "response.refusal.delta"
-REFUSAL_DONE = "response.refusal.done"
-FUNCTION_CALL_ARGUMENTS_DELTA = "response.function_call_arguments.delta"
-FUNCTION_CALL_ARGUMENTS_DONE = "response.function_call_arguments.done"
-REASONING_TEXT_DELTA = "response.reasoning_text.delta"
-REASONING_TEXT_DONE = "response.reasoning_text.done"
-REASONING_PART_ADDED = "response.reasoning_part.added"  # vLLM's name for content_part.added
-REASONING_PART_DONE = "response.reasoning_part.done"  # vLLM's name for content_part.done
-REASONING_SUMMARY_PART_ADDED = "response.reasoning_summary_part.added"
-REASONING_SUMMARY_PART_DONE = "response.reasoning_summary_part.done"
-REASONING_SUMMARY_TEXT_DELTA = "response.reasoning_summary_text.delta"
-REASONING_SUMMARY_TEXT_DONE = "response.reasoning_summary_text.done"
+OUTPUT_ITEM_ADDED: Final = "response.output_item.added"
+OUTPUT_ITEM_DONE: Final = "response.output_item.done"
+CONTENT_PART_ADDED: Final = "response.content_part.added"
+CONTENT_PART_DONE: Final = "response.content_part.done"
+OUTPUT_TEXT_DELTA: Final = "response.output_text.delta"
+OUTPUT_TEXT_DONE: Final = "response.output_text.done"
+OUTPUT_TEXT_ANNOTATION_ADDED: Final = "response.output_text.annotation.added"
+REFUSAL_DELTA: Final = "response.refusal.delta"
+REFUSAL_DONE: Final = "response.refusal.done"
+FUNCTION_CALL_ARGUMENTS_DELTA: Final = "response.function_call_arguments.delta"
+FUNCTION_CALL_ARGUMENTS_DONE: Final = "response.function_call_arguments.done"
+REASONING_TEXT_DELTA: Final = "response.reasoning_text.delta"
+REASONING_TEXT_DONE: Final = "response.reasoning_text.done"
+REASONING_PART_ADDED: Final = "response.reasoning_part.added"  # vLLM's name for content_part.added
+REASONING_PART_DONE: Final = "response.reasoning_part.done"  # vLLM's name for content_part.done
+REASONING_SUMMARY_PART_ADDED: Final = "response.reasoning_summary_part.added"
+REASONING_SUMMARY_PART_DONE: Final = "response.reasoning_summary_part.done"
+REASONING_SUMMARY_TEXT_DELTA: Final = "response.reasoning_summary_text.delta"
+REASONING_SUMMARY_TEXT_DONE: Final = "response.reasoning_summary_text.done"
 
 # Upstream events that end a response.
 TERMINAL_EVENTS = frozenset(
@@ -50,92 +54,178 @@ TERMINAL_EVENTS = frozenset(
 LIFECYCLE_EVENTS = frozenset({RESPONSE_CREATED, RESPONSE_IN_PROGRESS, RESPONSE_QUEUED})
 
 
-class ResponseLifecycleEvent(TypedDict):
+class _Event(TypedDict):
+    """The events as the kernel builds them: ``sequence_number`` is added when one is sent."""
+
+
+class ResponseLifecycleEvent(_Event):
     type: Literal[
         "response.created",
         "response.in_progress",
+        "response.queued",
         "response.completed",
         "response.incomplete",
         "response.failed",
     ]
-    response: dict[str, Any]
-    sequence_number: int
+    response: JsonObject
 
 
-class OutputItemEvent(TypedDict):
-    type: Literal["response.output_item.added", "response.output_item.done"]
+class OutputItemAddedEvent(_Event):
+    type: Literal["response.output_item.added"]
     output_index: int
-    item: dict[str, Any]
-    sequence_number: int
+    item: JsonObject  # the known shapes: protocol.items
 
 
-class ContentPartEvent(TypedDict):
-    type: Literal["response.content_part.added", "response.content_part.done"]
-    item_id: str
+class OutputItemDoneEvent(_Event):
+    type: Literal["response.output_item.done"]
     output_index: int
+    item: JsonObject  # the known shapes: protocol.items
+
+
+class ItemAddress(TypedDict):
+    """Where an event about an item points: the item's id and its position in the output."""
+
+    item_id: str | None  # None only for an item carried through without an id
+    output_index: int
+
+
+class PartAddress(ItemAddress):
     content_index: int
-    part: dict[str, Any]
-    sequence_number: int
 
 
-class OutputTextDeltaEvent(TypedDict):
+class SummaryAddress(ItemAddress):
+    summary_index: int
+
+
+class ContentPartAddedEvent(_Event, PartAddress):
+    type: Literal["response.content_part.added"]
+    part: ContentPart
+
+
+class ContentPartDoneEvent(_Event, PartAddress):
+    type: Literal["response.content_part.done"]
+    part: ContentPart
+
+
+class OutputTextDeltaEvent(_Event, PartAddress):
     type: Literal["response.output_text.delta"]
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
-    logprobs: list[dict[str, Any]]
-    sequence_number: int
+    logprobs: list[JsonObject]
 
 
-class OutputTextDoneEvent(TypedDict):
+class OutputTextDoneEvent(_Event, PartAddress):
     type: Literal["response.output_text.done"]
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
-    logprobs: list[dict[str, Any]]
-    sequence_number: int
+    logprobs: list[JsonObject]
 
 
-class FunctionCallArgumentsDeltaEvent(TypedDict):
-    type: Literal["response.function_call_arguments.delta"]
-    item_id: str
-    output_index: int
+class ReasoningTextDeltaEvent(_Event, PartAddress):
+    type: Literal["response.reasoning_text.delta"]
     delta: str
-    sequence_number: int
 
 
-class FunctionCallArgumentsDoneEvent(TypedDict):
+class ReasoningTextDoneEvent(_Event, PartAddress):
+    type: Literal["response.reasoning_text.done"]
+    text: str
+
+
+class RefusalDeltaEvent(_Event, PartAddress):
+    type: Literal["response.refusal.delta"]
+    delta: str
+
+
+class RefusalDoneEvent(_Event, PartAddress):
+    type: Literal["response.refusal.done"]
+    refusal: str
+
+
+class OutputTextAnnotationAddedEvent(_Event, PartAddress):
+    type: Literal["response.output_text.annotation.added"]
+    annotation_index: int
+    annotation: JsonObject
+
+
+class FunctionCallArgumentsDeltaEvent(_Event, ItemAddress):
+    type: Literal["response.function_call_arguments.delta"]
+    delta: str
+
+
+class FunctionCallArgumentsDoneEvent(_Event, ItemAddress):
     type: Literal["response.function_call_arguments.done"]
-    item_id: str
-    output_index: int
     name: str
     arguments: str
-    sequence_number: int
 
 
-class ReasoningTextDeltaEvent(TypedDict):
-    type: Literal["response.reasoning_text.delta"]
-    item_id: str
-    output_index: int
-    content_index: int
-    delta: str
-    sequence_number: int
+class ReasoningSummaryPartAddedEvent(_Event, SummaryAddress):
+    type: Literal["response.reasoning_summary_part.added"]
+    part: SummaryText
 
 
-class ReasoningSummaryTextDeltaEvent(TypedDict):
-    type: Literal["response.reasoning_summary_text.delta"]
-    item_id: str
-    output_index: int
-    summary_index: int
-    delta: str
-    sequence_number: int
+class ItemProgressEvent(_Event, ItemAddress):
+    """A gateway tool's progress (``response.mcp_call.in_progress`` …): its type is the tool
+    executor's to name, its payload only the address of the item."""
+
+    type: str
 
 
-class ErrorEvent(TypedDict):
+class ErrorEvent(_Event):
     type: Literal["error"]
     code: str | None
     message: str
     param: str | None
-    sequence_number: int
+
+
+# The events the gateway builds itself.
+KnownEvent = (
+    ResponseLifecycleEvent
+    | OutputItemAddedEvent
+    | OutputItemDoneEvent
+    | ContentPartAddedEvent
+    | ContentPartDoneEvent
+    | OutputTextDeltaEvent
+    | OutputTextDoneEvent
+    | ReasoningTextDeltaEvent
+    | ReasoningTextDoneEvent
+    | RefusalDeltaEvent
+    | RefusalDoneEvent
+    | OutputTextAnnotationAddedEvent
+    | FunctionCallArgumentsDeltaEvent
+    | FunctionCallArgumentsDoneEvent
+    | ReasoningSummaryPartAddedEvent
+    | ItemProgressEvent
+    | ErrorEvent
+)
+# Any event on its way to the client: a known shape, or one carried through as it came.
+StreamEvent = KnownEvent | JsonObject
+
+
+# Narrowing by ``type``: the tag names the shape (as in a discriminated union). The events the
+# kernel builds always have their type's fields; an upstream's raw events are not checked here.
+
+
+def is_item_added(event: StreamEvent) -> TypeGuard[OutputItemAddedEvent]:
+    return event.get("type") == OUTPUT_ITEM_ADDED
+
+
+def is_item_done(event: StreamEvent) -> TypeGuard[OutputItemDoneEvent]:
+    return event.get("type") == OUTPUT_ITEM_DONE
+
+
+def is_part_done(event: StreamEvent) -> TypeGuard[ContentPartDoneEvent]:
+    return event.get("type") == CONTENT_PART_DONE
+
+
+def is_text_done(event: StreamEvent) -> TypeGuard[OutputTextDoneEvent]:
+    return event.get("type") == OUTPUT_TEXT_DONE
+
+
+def is_annotation_added(event: StreamEvent) -> TypeGuard[OutputTextAnnotationAddedEvent]:
+    return event.get("type") == OUTPUT_TEXT_ANNOTATION_ADDED
+
+
+def is_arguments_delta(event: StreamEvent) -> TypeGuard[FunctionCallArgumentsDeltaEvent]:
+    return event.get("type") == FUNCTION_CALL_ARGUMENTS_DELTA
+
+
+def is_arguments_done(event: StreamEvent) -> TypeGuard[FunctionCallArgumentsDoneEvent]:
+    return event.get("type") == FUNCTION_CALL_ARGUMENTS_DONE

@@ -1,7 +1,9 @@
 """Output and input item shapes the gateway understands.
 
 Items travel as plain JSON objects (so that unknown item types pass through untouched); these
-TypedDicts give the known ones names for type checkers at no run-time cost on the hot path.
+TypedDicts give the known ones names for type checkers at no run-time cost on the hot path, one
+class per ``type`` (after openai-python's ``types/responses``). ``AnyItem`` is their union plus
+``JsonObject``, the open fallback every other item (``mcp_call``, a vendor's own …) travels as.
 The item types the gateway knows are the core ones and those its tool kinds register
 (``register_item_kinds``), so that the protocol names no tool.
 """
@@ -10,16 +12,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict, TypeGuard
 
 from app.protocol.json_types import JsonObject
+
+ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
 class OutputText(TypedDict):
     type: Literal["output_text"]
     text: str
-    annotations: list[dict[str, Any]]
-    logprobs: NotRequired[list[dict[str, Any]] | None]
+    annotations: list[JsonObject]
+    logprobs: NotRequired[list[JsonObject] | None]
+
+
+class Refusal(TypedDict):
+    type: Literal["refusal"]
+    refusal: str
 
 
 class ReasoningText(TypedDict):
@@ -32,12 +41,16 @@ class SummaryText(TypedDict):
     text: str
 
 
+# A part of a message's or a reasoning item's ``content``, known or carried through.
+ContentPart = OutputText | Refusal | ReasoningText | JsonObject
+
+
 class MessageItem(TypedDict):
     type: Literal["message"]
     id: str
     role: Literal["assistant", "user", "system", "developer"]
-    status: Literal["in_progress", "completed", "incomplete"]
-    content: list[dict[str, Any]]
+    status: ItemStatus
+    content: list[ContentPart]
 
 
 class FunctionCallItem(TypedDict):
@@ -46,16 +59,42 @@ class FunctionCallItem(TypedDict):
     call_id: str
     name: str
     arguments: str
-    status: Literal["in_progress", "completed", "incomplete"]
+    status: ItemStatus
+
+
+class FunctionCallOutputItem(TypedDict):
+    type: Literal["function_call_output"]
+    id: NotRequired[str]
+    call_id: str
+    output: str | list[JsonObject]
+    status: NotRequired[ItemStatus]
 
 
 class ReasoningItem(TypedDict):
     type: Literal["reasoning"]
     id: str
     summary: list[SummaryText]
-    content: NotRequired[list[ReasoningText] | None]
+    content: NotRequired[list[ContentPart] | None]
     encrypted_content: NotRequired[str | None]
-    status: NotRequired[str]
+    status: NotRequired[ItemStatus]
+
+
+# The items the gateway builds itself.
+KnownItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
+# Any item of an output or an input: a known shape, or one carried through as it came.
+AnyItem = KnownItem | JsonObject
+
+
+# Narrowing by ``type``: the items and parts the kernel builds and closes have their type's
+# fields (an upstream's raw items are not checked here).
+
+
+def is_function_call(item: AnyItem) -> TypeGuard[FunctionCallItem]:
+    return item.get("type") == "function_call"
+
+
+def is_output_text(part: ContentPart) -> TypeGuard[OutputText]:
+    return part.get("type") == "output_text"
 
 
 # Prefix of generated ids, per item type (OpenAI's conventions): the core item types here, the

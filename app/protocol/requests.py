@@ -5,12 +5,15 @@ client or a vendor extension sends. Items and tools stay plain JSON objects here
 item and tool types are carried through unchanged; ``protocol.items`` and ``protocol.tools`` name
 the ones the gateway understands. The parameters OpenAI defines are typed as OpenAI types them
 (``reasoning``, ``text``, ``tool_choice`` …), so that a malformed value is a 400 naming it
-rather than a surprise upstream; their own unknown keys are carried too.
+rather than a surprise upstream; their own unknown keys are carried too. A create request is
+parsed once, by the HTTP front end, into a ``ParsedRequest``: the kernel decides on its typed
+``params`` and forwards its raw ``body``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
@@ -241,6 +244,21 @@ class CreateResponseRequest(BaseModel):
                 if "type" not in item and "role" not in item:
                     raise ValueError(f"input[{index}] needs a 'type' (or a 'role' for a message)")
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A create request parsed once: the typed model the gateway decides on, and the body as
+    the client sent it, which is what the upstream receives (unknown fields included)."""
+
+    params: CreateResponseRequest
+    body: JsonObject
+
+    @classmethod
+    def from_body(cls, body: JsonObject) -> ParsedRequest:
+        """Validate ``body`` as the API does (strict: no coercion); pydantic's error on a bad
+        one (the HTTP front end reports it as a 400 itself)."""
+        return cls(CreateResponseRequest.model_validate(body, strict=True), body)
 
 
 def check_create_request(request: CreateResponseRequest) -> None:

@@ -6,10 +6,22 @@ so that both build identical items from the same chat answer.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import orjson
 
+from app.protocol.items import (
+    AnyItem,
+    ContentPart,
+    FunctionCallItem,
+    ItemStatus,
+    MessageItem,
+    OutputText,
+    ReasoningItem,
+    ReasoningText,
+    Refusal,
+)
 from app.protocol.json_types import JsonObject
 
 # finish_reason -> incomplete_details; anything else (stop, tool_calls ...) completes.
@@ -19,22 +31,28 @@ _INCOMPLETE: dict[str, JsonObject] = {
 }
 
 
+@dataclass(slots=True)
+class ResponseHead:
+    """Who a translated Response object is: its id, creation time and model."""
+
+    response_id: str
+    created_at: int
+    model: Any
+
+
 def response_object(
-    *,
-    response_id: str,
-    created_at: int,
+    head: ResponseHead,
     status: str,
-    model: Any,
-    output: list[JsonObject],
+    output: list[AnyItem],
     usage: JsonObject | None,
     incomplete_details: JsonObject | None,
 ) -> JsonObject:
     return {
-        "id": response_id,
+        "id": head.response_id,
         "object": "response",
-        "created_at": created_at,
+        "created_at": head.created_at,
         "status": status,
-        "model": model,
+        "model": head.model,
         "output": output,
         "usage": usage,
         "incomplete_details": incomplete_details,
@@ -42,14 +60,14 @@ def response_object(
     }
 
 
-def status_of(finish_reason: Any) -> tuple[str, JsonObject | None]:
+def status_of(finish_reason: Any) -> tuple[Literal["completed", "incomplete"], JsonObject | None]:
     details = _INCOMPLETE.get(finish_reason) if isinstance(finish_reason, str) else None
     if details is None:
         return "completed", None
     return "incomplete", dict(details)
 
 
-def mark_incomplete(output: list[JsonObject], status: str) -> None:
+def mark_incomplete(output: list[AnyItem], status: str) -> None:
     """A cut-off answer: the message the cut hit (the last item) is incomplete."""
     if status == "incomplete" and output and output[-1].get("type") == "message":
         output[-1]["status"] = "incomplete"
@@ -112,26 +130,29 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def output_text_part(text: str) -> JsonObject:
+def output_text_part(text: str) -> OutputText:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
-def refusal_part(refusal: str) -> JsonObject:
+def refusal_part(refusal: str) -> Refusal:
     return {"type": "refusal", "refusal": refusal}
 
 
-def reasoning_item(item_id: str, text: str | None, status: str) -> JsonObject:
-    content = [] if text is None else [{"type": "reasoning_text", "text": text}]
+def reasoning_text_part(text: str) -> ReasoningText:
+    return {"type": "reasoning_text", "text": text}
+
+
+def reasoning_item(item_id: str, parts: list[ContentPart], status: ItemStatus) -> ReasoningItem:
     return {
         "id": item_id,
         "type": "reasoning",
         "summary": [],
-        "content": content,
+        "content": parts,
         "status": status,
     }
 
 
-def message_item(item_id: str, parts: list[JsonObject], status: str) -> JsonObject:
+def message_item(item_id: str, parts: list[ContentPart], status: ItemStatus) -> MessageItem:
     return {
         "id": item_id,
         "type": "message",
@@ -142,8 +163,8 @@ def message_item(item_id: str, parts: list[JsonObject], status: str) -> JsonObje
 
 
 def function_call_item(
-    item_id: str, call_id: str, name: str, arguments: str, status: str
-) -> JsonObject:
+    item_id: str, call_id: str, name: str, arguments: str, status: ItemStatus
+) -> FunctionCallItem:
     return {
         "id": item_id,
         "type": "function_call",

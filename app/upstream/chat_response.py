@@ -15,8 +15,10 @@ import orjson
 from app.core.ids import new_id
 from app.errors import UpstreamHTTPError, UpstreamProtocolError
 from app.net.http import error_envelope
+from app.protocol.items import AnyItem, ContentPart, FunctionCallItem
 from app.protocol.json_types import JsonObject
 from app.upstream.chat_items import (
+    ResponseHead,
     arguments_text,
     error_of,
     function_call_item,
@@ -25,6 +27,7 @@ from app.upstream.chat_items import (
     output_text_part,
     reasoning_item,
     reasoning_of,
+    reasoning_text_part,
     refusal_part,
     response_object,
     status_of,
@@ -49,11 +52,11 @@ def to_response(completion: JsonObject, request: JsonObject) -> JsonObject:
     message = choice.get("message")
     message = message if isinstance(message, dict) else {}
 
-    output: list[JsonObject] = []
+    output: list[AnyItem] = []
     reasoning = reasoning_of(message)
     if reasoning:
-        output.append(reasoning_item(new_id("rs"), reasoning, "completed"))
-    parts: list[JsonObject] = []
+        output.append(reasoning_item(new_id("rs"), [reasoning_text_part(reasoning)], "completed"))
+    parts: list[ContentPart] = []
     text = text_of(message.get("content"))
     if text:
         parts.append(output_text_part(text))
@@ -73,18 +76,15 @@ def to_response(completion: JsonObject, request: JsonObject) -> JsonObject:
     status, incomplete = status_of(choice.get("finish_reason"))
     mark_incomplete(output, status)
     created = completion.get("created")
-    return response_object(
+    head = ResponseHead(
         response_id=new_id("resp"),
         created_at=created if isinstance(created, int) else int(time.time()),
-        status=status,
         model=completion.get("model") or request.get("model"),
-        output=output,
-        usage=usage_of(completion.get("usage")),
-        incomplete_details=incomplete,
     )
+    return response_object(head, status, output, usage_of(completion.get("usage")), incomplete)
 
 
-def _function_call(call: JsonObject) -> JsonObject:
+def _function_call(call: JsonObject) -> FunctionCallItem:
     function = call.get("function")
     function = function if isinstance(function, dict) else {}
     call_id = call.get("id")

@@ -16,23 +16,42 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import orjson
 
 from app.core.ids import new_id
 from app.errors import UpstreamProtocolError
 from app.protocol import events as ev
+from app.protocol.events import (
+    ContentPartAddedEvent,
+    ContentPartDoneEvent,
+    ErrorEvent,
+    FunctionCallArgumentsDeltaEvent,
+    FunctionCallArgumentsDoneEvent,
+    OutputItemAddedEvent,
+    OutputItemDoneEvent,
+    PartAddress,
+    ResponseLifecycleEvent,
+    StreamEvent,
+)
+from app.protocol.items import (
+    AnyItem,
+    ContentPart,
+    FunctionCallItem,
+    ItemStatus,
+    MessageItem,
+    ReasoningItem,
+)
 from app.protocol.json_types import JsonObject
+from app.upstream.chat_events import as_json, part_of, text_delta_event, text_done_event
 from app.upstream.chat_items import (
+    ResponseHead,
     arguments_text,
     error_of,
     function_call_item,
     message_item,
-    output_text_part,
     reasoning_item,
     reasoning_of,
-    refusal_part,
     response_object,
     status_of,
     text_of,
@@ -41,22 +60,18 @@ from app.upstream.chat_items import (
 
 logger = logging.getLogger(__name__)
 
-# Part type -> (delta event, done event, the part's text field).
-_PART_EVENTS = {
-    "output_text": (ev.OUTPUT_TEXT_DELTA, ev.OUTPUT_TEXT_DONE, "text"),
-    "refusal": (ev.REFUSAL_DELTA, ev.REFUSAL_DONE, "refusal"),
-    "reasoning_text": (ev.REASONING_TEXT_DELTA, ev.REASONING_TEXT_DONE, "text"),
-}
-
 
 class _TextItem:
     """The open reasoning or message item: its finished parts and the part being streamed."""
 
-    __slots__ = ("buffer", "index", "item", "part_kind")
+    __slots__ = ("buffer", "index", "item", "part_kind", "parts")
 
-    def __init__(self, index: int, item: JsonObject) -> None:
+    def __init__(
+        self, index: int, item: MessageItem | ReasoningItem, parts: list[ContentPart]
+    ) -> None:
         self.index = index
         self.item = item
+        self.parts = parts  # the item's ``content``
         self.part_kind: str | None = None
         self.buffer: list[str] = []
 
@@ -66,7 +81,7 @@ class _Call:
 
     __slots__ = ("arguments", "index", "is_open", "item", "upstream_id")
 
-    def __init__(self, index: int, item: JsonObject, upstream_id: str | None) -> None:
+    def __init__(self, index: int, item: FunctionCallItem, upstream_id: str | None) -> None:
         self.index = index
         self.item = item
         self.upstream_id = upstream_id
@@ -79,11 +94,9 @@ class ChatStreamTranslator:
 
     def __init__(self, request: JsonObject) -> None:
         self.done = False
-        self._model: Any = request.get("model")
-        self._response_id = new_id("resp")
-        self._created_at = int(time.time())
+        self._head = ResponseHead(new_id("resp"), int(time.time()), request.get("model"))
         self._started = False
-        self._output: list[JsonObject] = []
+        self._output: list[AnyItem] = []
         self._text: _TextItem | None = None
         self._calls: dict[int, _Call] = {}  # by the upstream's tool-call index
         self._open_calls: list[_Call] = []
@@ -103,15 +116,14 @@ class ChatStreamTranslator:
         if error is not None:
             self.done = True
             code = error.get("code")
-            return [
-                {
-                    "type": ev.ERROR,
-                    "code": str(code) if code is not None and code != "" else "upstream_error",
-                    "message": str(error.get("message") or "the upstream reported an error"),
-                    "param": error.get("param"),
-                }
-            ]
-        events: list[JsonObject] = []
+            failure: ErrorEvent = {
+                "type": ev.ERROR,
+                "code": str(code) if code is not None and code != "" else "upstream_error",
+                "message": str(error.get("message") or "the upstream reported an error"),
+                "param": error.get("param"),
+            }
+            return as_json([failure])
+        events: list[StreamEvent] = []
         if not self._started:
             events.extend(self._start(chunk))
         usage = chunk.get("usage")
@@ -122,7 +134,7 @@ class ChatStreamTranslator:
             for choice in choices:
                 if isinstance(choice, dict) and choice.get("index") in (0, None):
                     self._choice(choice, events)
-        return events
+        return as_json(events)
 
     def finish(self) -> list[JsonObject]:
         """The upstream stream ended: close what is open and emit the terminal event."""
@@ -131,31 +143,36 @@ class ChatStreamTranslator:
         if self._finish_reason is None:
             raise UpstreamProtocolError("the upstream's chat stream ended before a finish_reason")
         status, incomplete = status_of(self._finish_reason)
-        events: list[JsonObject] = []
+        events: list[StreamEvent] = []
         self._close_text(events, status)
         self._close_calls(events)
         self.done = True
         response = self._response(status, incomplete)
-        kind = ev.RESPONSE_COMPLETED if status == "completed" else ev.RESPONSE_INCOMPLETE
-        events.append({"type": kind, "response": response})
-        return events
+        terminal: ResponseLifecycleEvent = {
+            "type": ev.RESPONSE_COMPLETED if status == "completed" else ev.RESPONSE_INCOMPLETE,
+            "response": response,
+        }
+        events.append(terminal)
+        return as_json(events)
 
     # ------------------------------------------------------------------ chunks
 
-    def _start(self, chunk: JsonObject) -> list[JsonObject]:
+    def _start(self, chunk: JsonObject) -> list[StreamEvent]:
         self._started = True
         if chunk.get("model"):
-            self._model = chunk["model"]
+            self._head.model = chunk["model"]
         created = chunk.get("created")
         if isinstance(created, int) and not isinstance(created, bool):
-            self._created_at = created
+            self._head.created_at = created
         snapshot = self._response("in_progress", None)
-        return [
-            {"type": ev.RESPONSE_CREATED, "response": snapshot},
-            {"type": ev.RESPONSE_IN_PROGRESS, "response": {**snapshot, "output": []}},
-        ]
+        created_event: ResponseLifecycleEvent = {"type": ev.RESPONSE_CREATED, "response": snapshot}
+        in_progress: ResponseLifecycleEvent = {
+            "type": ev.RESPONSE_IN_PROGRESS,
+            "response": {**snapshot, "output": []},
+        }
+        return [created_event, in_progress]
 
-    def _choice(self, choice: JsonObject, events: list[JsonObject]) -> None:
+    def _choice(self, choice: JsonObject, events: list[StreamEvent]) -> None:
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             # A few servers send a whole ``message`` instead of deltas; after deltas, such a
@@ -186,7 +203,7 @@ class ChatStreamTranslator:
 
     # ------------------------------------------------------------------ reasoning and text
 
-    def _text_delta(self, part_kind: str, delta: str, events: list[JsonObject]) -> None:
+    def _text_delta(self, part_kind: str, delta: str, events: list[StreamEvent]) -> None:
         item_type = "reasoning" if part_kind == "reasoning_text" else "message"
         text = self._text
         if text is None or text.item["type"] != item_type:
@@ -197,71 +214,56 @@ class ChatStreamTranslator:
             self._close_part(text, events)
             self._open_part(text, part_kind, events)
         text.buffer.append(delta)
-        delta_type, _, _ = _PART_EVENTS[part_kind]
-        event = {
-            "type": delta_type,
-            "item_id": text.item["id"],
-            "output_index": text.index,
-            "content_index": len(text.item["content"]),
-            "delta": delta,
-        }
-        if part_kind == "output_text":
-            event["logprobs"] = []
-        events.append(event)
+        events.append(text_delta_event(part_kind, _address(text), delta))
 
-    def _open_text(self, item_type: str, events: list[JsonObject]) -> _TextItem:
+    def _open_text(self, item_type: str, events: list[StreamEvent]) -> _TextItem:
+        parts: list[ContentPart] = []
+        item: MessageItem | ReasoningItem
         if item_type == "reasoning":
-            item = reasoning_item(new_id("rs"), None, "in_progress")
+            item = reasoning_item(new_id("rs"), parts, "in_progress")
         else:
-            item = message_item(new_id("msg"), [], "in_progress")
-        text = _TextItem(len(self._output), item)
+            item = message_item(new_id("msg"), parts, "in_progress")
+        text = _TextItem(len(self._output), item, parts)
         self._output.append(item)
         self._text = text
-        events.append(
-            {
-                "type": ev.OUTPUT_ITEM_ADDED,
-                "output_index": text.index,
-                # A reasoning item opens with no content (null), as vLLM's does.
-                "item": {**item, "content": None if item_type == "reasoning" else []},
-            }
-        )
+        added: OutputItemAddedEvent = {
+            "type": ev.OUTPUT_ITEM_ADDED,
+            "output_index": text.index,
+            # A reasoning item opens with no content (null), as vLLM's does.
+            "item": {**item, "content": None if item_type == "reasoning" else []},
+        }
+        events.append(added)
         return text
 
-    def _open_part(self, text: _TextItem, part_kind: str, events: list[JsonObject]) -> None:
+    def _open_part(self, text: _TextItem, part_kind: str, events: list[StreamEvent]) -> None:
         text.part_kind = part_kind
         text.buffer = []
-        events.append(
-            {
-                "type": ev.CONTENT_PART_ADDED,
-                "item_id": text.item["id"],
-                "output_index": text.index,
-                "content_index": len(text.item["content"]),
-                "part": _part(part_kind, ""),
-            }
-        )
+        added: ContentPartAddedEvent = {
+            "type": ev.CONTENT_PART_ADDED,
+            **_address(text),
+            "part": part_of(part_kind, ""),
+        }
+        events.append(added)
 
-    def _close_part(self, text: _TextItem, events: list[JsonObject]) -> None:
+    def _close_part(self, text: _TextItem, events: list[StreamEvent]) -> None:
         part_kind = text.part_kind
         if part_kind is None:
             return
         value = "".join(text.buffer)
-        _, done_type, field = _PART_EVENTS[part_kind]
-        address = {
-            "item_id": text.item["id"],
-            "output_index": text.index,
-            "content_index": len(text.item["content"]),
+        address = _address(text)
+        part = part_of(part_kind, value)
+        events.append(text_done_event(part_kind, address, value))
+        part_done: ContentPartDoneEvent = {
+            "type": ev.CONTENT_PART_DONE,
+            **address,
+            "part": part_of(part_kind, value),
         }
-        done: JsonObject = {"type": done_type, **address, field: value}
-        if part_kind == "output_text":
-            done["logprobs"] = []
-        part = _part(part_kind, value)
-        events.append(done)
-        events.append({"type": ev.CONTENT_PART_DONE, **address, "part": _part(part_kind, value)})
-        text.item["content"].append(part)
+        events.append(part_done)
+        text.parts.append(part)
         text.part_kind = None
         text.buffer = []
 
-    def _close_text(self, events: list[JsonObject], status: str) -> None:
+    def _close_text(self, events: list[StreamEvent], status: ItemStatus) -> None:
         text = self._text
         if text is None:
             return
@@ -270,17 +272,16 @@ class ChatStreamTranslator:
         # A cut-off answer leaves its message incomplete (the reasoning before it is complete).
         item["status"] = status if item["type"] == "message" else "completed"
         self._text = None
-        events.append(
-            {
-                "type": ev.OUTPUT_ITEM_DONE,
-                "output_index": text.index,
-                "item": {**item, "content": [dict(part) for part in item["content"]]},
-            }
-        )
+        done: OutputItemDoneEvent = {
+            "type": ev.OUTPUT_ITEM_DONE,
+            "output_index": text.index,
+            "item": {**item, "content": [dict(part) for part in text.parts]},
+        }
+        events.append(done)
 
     # ------------------------------------------------------------------ tool calls
 
-    def _call_delta(self, delta: JsonObject, events: list[JsonObject]) -> None:
+    def _call_delta(self, delta: JsonObject, events: list[StreamEvent]) -> None:
         call = self._call_for(delta, events)
         if call is None:
             return
@@ -298,16 +299,15 @@ class ChatStreamTranslator:
             return
         fragment = arguments if isinstance(arguments, str) else arguments_text(arguments)
         call.arguments.append(fragment)
-        events.append(
-            {
-                "type": ev.FUNCTION_CALL_ARGUMENTS_DELTA,
-                "item_id": call.item["id"],
-                "output_index": call.index,
-                "delta": fragment,
-            }
-        )
+        arguments_delta: FunctionCallArgumentsDeltaEvent = {
+            "type": ev.FUNCTION_CALL_ARGUMENTS_DELTA,
+            "item_id": call.item["id"],
+            "output_index": call.index,
+            "delta": fragment,
+        }
+        events.append(arguments_delta)
 
-    def _call_for(self, delta: JsonObject, events: list[JsonObject]) -> _Call | None:
+    def _call_for(self, delta: JsonObject, events: list[StreamEvent]) -> _Call | None:
         """The call a delta continues, or a new one.
 
         Keyed by ``index``; without one (some Ollama versions), a new ``id`` starts a call and
@@ -335,7 +335,7 @@ class ChatStreamTranslator:
         return call
 
     def _open_call(
-        self, delta: JsonObject, upstream_id: str | None, events: list[JsonObject]
+        self, delta: JsonObject, upstream_id: str | None, events: list[StreamEvent]
     ) -> _Call:
         self._close_text(events, "completed")
         self._close_finished_calls(events)
@@ -352,12 +352,15 @@ class ChatStreamTranslator:
         self._output.append(item)
         self._open_calls.append(call)
         self._last_call = call
-        events.append(
-            {"type": ev.OUTPUT_ITEM_ADDED, "output_index": call.index, "item": dict(item)}
-        )
+        added: OutputItemAddedEvent = {
+            "type": ev.OUTPUT_ITEM_ADDED,
+            "output_index": call.index,
+            "item": dict(item),
+        }
+        events.append(added)
         return call
 
-    def _close_finished_calls(self, events: list[JsonObject]) -> None:
+    def _close_finished_calls(self, events: list[StreamEvent]) -> None:
         """Close the open calls, in order, whose arguments are a whole JSON object; the first
         one still waiting for fragments (an interleaving server) keeps itself and the later ones
         open."""
@@ -372,38 +375,34 @@ class ChatStreamTranslator:
             self._close_calls(events)
             self._open_calls = still_open
 
-    def _close_calls(self, events: list[JsonObject]) -> None:
+    def _close_calls(self, events: list[StreamEvent]) -> None:
         for call in self._open_calls:
             item = call.item
             item["arguments"] = "".join(call.arguments) or "{}"
             item["status"] = "completed"
             call.is_open = False
-            events.append(
-                {
-                    "type": ev.FUNCTION_CALL_ARGUMENTS_DONE,
-                    "item_id": item["id"],
-                    "output_index": call.index,
-                    "name": item["name"],
-                    "arguments": item["arguments"],
-                }
-            )
-            events.append(
-                {"type": ev.OUTPUT_ITEM_DONE, "output_index": call.index, "item": dict(item)}
-            )
+            arguments_done: FunctionCallArgumentsDoneEvent = {
+                "type": ev.FUNCTION_CALL_ARGUMENTS_DONE,
+                "item_id": item["id"],
+                "output_index": call.index,
+                "name": item["name"],
+                "arguments": item["arguments"],
+            }
+            done: OutputItemDoneEvent = {
+                "type": ev.OUTPUT_ITEM_DONE,
+                "output_index": call.index,
+                "item": dict(item),
+            }
+            events.extend((arguments_done, done))
         self._open_calls = []
 
     # ------------------------------------------------------------------ response
 
     def _response(self, status: str, incomplete: JsonObject | None) -> JsonObject:
-        return response_object(
-            response_id=self._response_id,
-            created_at=self._created_at,
-            status=status,
-            model=self._model,
-            output=[dict(item) for item in self._output] if status != "in_progress" else [],
-            usage=usage_of(self._usage),
-            incomplete_details=incomplete,
+        output: list[AnyItem] = (
+            [dict(item) for item in self._output] if status != "in_progress" else []
         )
+        return response_object(self._head, status, output, usage_of(self._usage), incomplete)
 
 
 def _is_whole_object(fragments: list[str]) -> bool:
@@ -413,9 +412,10 @@ def _is_whole_object(fragments: list[str]) -> bool:
         return False
 
 
-def _part(kind: str, value: str) -> JsonObject:
-    if kind == "output_text":
-        return output_text_part(value)
-    if kind == "refusal":
-        return refusal_part(value)
-    return {"type": "reasoning_text", "text": value}
+def _address(text: _TextItem) -> PartAddress:
+    """The address of the part being streamed (its index: the parts finished before it)."""
+    return {
+        "item_id": text.item["id"],
+        "output_index": text.index,
+        "content_index": len(text.parts),
+    }

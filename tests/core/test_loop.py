@@ -15,6 +15,7 @@ from app.core.service import ResponsesService
 from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 from app.tools.mcp.executor import PRESENTATION
 from app.tools.mcp.lowering import lower_mcp_items
 from app.tools.toolkit import NameTable
@@ -117,7 +118,12 @@ def make_service(
 
 
 async def run_stream(service: ResponsesService, body: JsonObject) -> list[JsonObject]:
-    return [e async for e in await service.open_stream({**body, "stream": True}, {})]
+    return [
+        e
+        async for e in await service.open_stream(
+            ParsedRequest.from_body({**body, "stream": True}), {}
+        )
+    ]
 
 
 BODY: JsonObject = {"model": "m", "input": "add 2 and 3", "tools": [{"type": "fake"}]}
@@ -157,7 +163,7 @@ async def test_json_and_stream_give_the_same_output() -> None:
     service, _, _ = make_service(script(), [add_tool()])
     streamed = assert_lifecycle(await run_stream(service, BODY))
     service, upstream, _ = make_service(script(), [add_tool()])
-    plain = await service.create(BODY, {})
+    plain = await service.create(ParsedRequest.from_body(BODY), {})
     assert upstream.requests[0]["stream"] is False
 
     def strip(r: JsonObject) -> list[JsonObject]:
@@ -258,12 +264,14 @@ async def test_mixed_round_runs_gateway_calls_then_returns_the_client_calls() ->
     # The client answers its call; the continuation carries the MCP call lowered.
     upstream.rounds.append([message("sunny, and 3")])
     follow = await service.create(
-        {
-            "model": "m",
-            "previous_response_id": final["id"],
-            "tools": body["tools"],
-            "input": [{"type": "function_call_output", "call_id": "call_w", "output": "sunny"}],
-        },
+        ParsedRequest.from_body(
+            {
+                "model": "m",
+                "previous_response_id": final["id"],
+                "tools": body["tools"],
+                "input": [{"type": "function_call_output", "call_id": "call_w", "output": "sunny"}],
+            }
+        ),
         {},
     )
     assert follow["status"] == "completed"
@@ -299,7 +307,7 @@ async def test_tool_events_reach_the_hook() -> None:
     service = ResponsesService(
         upstream, MemoryResponseStore(), toolkit=FakeToolKit([add_tool()]), tool_events=events
     )
-    await service.create(BODY, {})
+    await service.create(ParsedRequest.from_body(BODY), {})
     assert [e.phase for e in seen] == ["start", "complete"]
     assert seen[1].ok is True and seen[1].preview == "2" and seen[1].duration_ms is not None
     assert seen[0].tool == "mcp__fake__add" and seen[0].round == 1
@@ -329,7 +337,7 @@ async def test_requests_without_gateway_tools_keep_the_plain_path() -> None:
     upstream.events = []
     body = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}]}
     upstream.body = {"status": "completed", "output": [message("hi")]}
-    response = await service.create(body, {})
+    response = await service.create(ParsedRequest.from_body(body), {})
     assert upstream.requests == [body]
     assert response["output"][0]["type"] == "message"
 
@@ -343,7 +351,7 @@ async def test_a_round_that_takes_too_long_times_out() -> None:
         limits=LoopLimits(round_timeout=0.05),
     )
     with pytest.raises(UpstreamTimeoutError):
-        await service.create(BODY, {})
+        await service.create(ParsedRequest.from_body(BODY), {})
     with pytest.raises(UpstreamTimeoutError):  # before the stream starts: an HTTP 504
         await run_stream(service, BODY)
 
@@ -370,7 +378,7 @@ async def test_a_later_round_that_takes_too_long_fails_the_stream() -> None:
 async def test_a_forced_tool_choice_is_relaxed_once_the_forced_call_ran() -> None:
     call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
     service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
-    await service.create({**BODY, "tool_choice": "required"}, {})
+    await service.create(ParsedRequest.from_body({**BODY, "tool_choice": "required"}), {})
     assert [r["tool_choice"] for r in upstream.requests] == ["required", "auto"]
 
 
@@ -410,7 +418,7 @@ async def test_annotators_add_citations_to_the_answer(stream: bool) -> None:
         done = [e for e in events if e["type"] == "response.content_part.done"][-1]
         assert done["part"]["annotations"][0]["url"] == "https://example.com"
     else:
-        final = await service.create(BODY, {})
+        final = await service.create(ParsedRequest.from_body(BODY), {})
     [annotation] = final["output"][-1]["content"][0]["annotations"]
     assert annotation["start_index"] == 4 and annotation["end_index"] == 15
     assert await service.get(final["id"]) == final
@@ -420,10 +428,12 @@ async def test_include_values_the_toolkit_answers_are_not_forwarded() -> None:
     call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
     service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
     include = ["web_search_call.action.sources", "reasoning.encrypted_content"]
-    await service.create({**BODY, "include": include}, {})
+    await service.create(ParsedRequest.from_body({**BODY, "include": include}), {})
     assert [r["include"] for r in upstream.requests] == [["reasoning.encrypted_content"]] * 2
     service, upstream, _ = make_service([[message("x")]], [add_tool()])
-    await service.create({**BODY, "include": ["file_search_call.results"]}, {})
+    await service.create(
+        ParsedRequest.from_body({**BODY, "include": ["file_search_call.results"]}), {}
+    )
     assert "include" not in upstream.requests[0]
 
 
@@ -436,7 +446,7 @@ async def test_the_tool_fields_the_toolkit_calls_secret_are_never_echoed_nor_sto
     body = {**BODY, "tools": [{"type": "fake", "token": "s3cret", "label": "x"}]}
     final = assert_lifecycle(await run_stream(service, body)) if stream else None
     if final is None:
-        final = await service.create(body, {})
+        final = await service.create(ParsedRequest.from_body(body), {})
     assert final["tools"] == [{"type": "fake", "label": "x"}]
     assert await service.get(final["id"]) == final
     assert "s3cret" not in repr(store.responses) + repr(store.items)

@@ -10,6 +10,7 @@ import pytest
 
 from app.core.service import ResponsesService
 from app.errors import UpstreamProtocolError
+from app.protocol.requests import ParsedRequest
 from tests.cassette_cases import StreamCase, case, streaming_cases
 from tests.fakes import FakeUpstream, MemoryResponseStore
 from tests.lifecycle import assert_lifecycle, project
@@ -43,7 +44,7 @@ def make_service(upstream: FakeUpstream) -> ResponsesService:
 
 
 async def run_stream(service: ResponsesService, body: dict[str, Any]) -> list[dict[str, Any]]:
-    events = await service.open_stream(body, {})
+    events = await service.open_stream(ParsedRequest.from_body(body), {})
     return [event async for event in events]
 
 
@@ -97,7 +98,7 @@ async def assert_stream_path_equals_json_path(stream_case: StreamCase) -> None:
 
     events = await run_stream(streamed, body)
     from_stream = assert_lifecycle(events)
-    from_json = await as_json.create({**body, "stream": False}, {})
+    from_json = await as_json.create(ParsedRequest.from_body({**body, "stream": False}), {})
 
     assert_strict_fields(from_stream)
     assert_strict_fields(from_json)

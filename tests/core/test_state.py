@@ -10,6 +10,7 @@ import pytest
 from app.core.service import ResponsesService
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 from tests.fakes import FakeUpstream, MemoryResponseStore
 
 
@@ -57,9 +58,14 @@ async def test_previous_response_id_sends_the_checkpoint_then_the_new_input(
 ) -> None:
     upstream = ScriptedUpstream([message("OK")], [message("APPLE")])
     service = ResponsesService(upstream, store)
-    first = await service.create({"model": "m", "input": "Remember APPLE. Say OK"}, {})
+    first = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "Remember APPLE. Say OK"}), {}
+    )
     second = await service.create(
-        {"model": "m", "input": "Which word?", "previous_response_id": first["id"]}, {}
+        ParsedRequest.from_body(
+            {"model": "m", "input": "Which word?", "previous_response_id": first["id"]}
+        ),
+        {},
     )
     sent = upstream.requests[1]
     assert "previous_response_id" not in sent
@@ -78,8 +84,8 @@ async def test_previous_response_id_sends_the_checkpoint_then_the_new_input(
 
 async def test_output_items_get_gateway_ids(store: MemoryResponseStore) -> None:
     service = ResponsesService(ScriptedUpstream([message("a")], [message("b")]), store)
-    one = await service.create({"input": "x"}, {})
-    two = await service.create({"input": "y"}, {})
+    one = await service.create(ParsedRequest.from_body({"model": "m", "input": "x"}), {})
+    two = await service.create(ParsedRequest.from_body({"model": "m", "input": "y"}), {})
     ids = [one["output"][0]["id"], two["output"][0]["id"]]
     assert ids[0] != ids[1] and all(i.startswith("msg_") for i in ids)
 
@@ -87,8 +93,13 @@ async def test_output_items_get_gateway_ids(store: MemoryResponseStore) -> None:
 async def test_instructions_are_not_inherited(store: MemoryResponseStore) -> None:
     upstream = ScriptedUpstream([message("OK")], [message("OK")])
     service = ResponsesService(upstream, store)
-    first = await service.create({"input": "a", "instructions": "be terse"}, {})
-    second = await service.create({"input": "b", "previous_response_id": first["id"]}, {})
+    first = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "a", "instructions": "be terse"}), {}
+    )
+    second = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "b", "previous_response_id": first["id"]}),
+        {},
+    )
     assert "instructions" not in upstream.requests[1]
     assert second["instructions"] is None
 
@@ -96,7 +107,12 @@ async def test_instructions_are_not_inherited(store: MemoryResponseStore) -> Non
 async def test_unknown_previous_response_is_a_400(store: MemoryResponseStore) -> None:
     service = ResponsesService(ScriptedUpstream(), store)
     with pytest.raises(InvalidRequestError) as caught:
-        await service.create({"input": "a", "previous_response_id": "resp_nope"}, {})
+        await service.create(
+            ParsedRequest.from_body(
+                {"model": "m", "input": "a", "previous_response_id": "resp_nope"}
+            ),
+            {},
+        )
     assert caught.value.code == "previous_response_not_found"
     assert caught.value.param == "previous_response_id"
 
@@ -107,7 +123,15 @@ async def test_previous_response_and_conversation_together_is_a_400(
     service = ResponsesService(ScriptedUpstream(), store)
     with pytest.raises(InvalidRequestError):
         await service.create(
-            {"input": "a", "previous_response_id": "resp_1", "conversation": "conv_1"}, {}
+            ParsedRequest.from_body(
+                {
+                    "model": "m",
+                    "input": "a",
+                    "previous_response_id": "resp_1",
+                    "conversation": "conv_1",
+                }
+            ),
+            {},
         )
 
 
@@ -115,15 +139,30 @@ async def test_pending_function_calls_need_their_outputs(store: MemoryResponseSt
     upstream = ScriptedUpstream([call("call_1"), call("call_2")], [message("Sunny")])
     service = ResponsesService(upstream, store)
     first = await service.create(
-        {"input": "weather?", "tools": [{"type": "function", "name": "get_weather"}]}, {}
+        ParsedRequest.from_body(
+            {
+                "model": "m",
+                "input": "weather?",
+                "tools": [{"type": "function", "name": "get_weather"}],
+            }
+        ),
+        {},
     )
     one_output = {"type": "function_call_output", "call_id": "call_1", "output": "sunny"}
     with pytest.raises(InvalidRequestError) as caught:
-        await service.create({"input": [one_output], "previous_response_id": first["id"]}, {})
+        await service.create(
+            ParsedRequest.from_body(
+                {"model": "m", "input": [one_output], "previous_response_id": first["id"]}
+            ),
+            {},
+        )
     assert caught.value.message == "No tool output found for function call call_2."
     assert caught.value.param == "input"
     both = [one_output, {**one_output, "call_id": "call_2"}]
-    answer = await service.create({"input": both, "previous_response_id": first["id"]}, {})
+    answer = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": both, "previous_response_id": first["id"]}),
+        {},
+    )
     assert answer["status"] == "completed"
     sent = upstream.requests[-1]["input"]
     assert [i["type"] for i in sent] == [
@@ -138,23 +177,43 @@ async def test_pending_function_calls_need_their_outputs(store: MemoryResponseSt
 async def test_store_false_rehydrates_but_writes_nothing(store: MemoryResponseStore) -> None:
     upstream = ScriptedUpstream([message("OK")], [message("APPLE")])
     service = ResponsesService(upstream, store)
-    first = await service.create({"input": "Remember APPLE"}, {})
+    first = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "Remember APPLE"}), {}
+    )
     second = await service.create(
-        {"input": "Which?", "previous_response_id": first["id"], "store": False}, {}
+        ParsedRequest.from_body(
+            {"model": "m", "input": "Which?", "previous_response_id": first["id"], "store": False}
+        ),
+        {},
     )
     assert len(upstream.requests[1]["input"]) == 3
     assert await store.get_response(second["id"]) is None
     with pytest.raises(InvalidRequestError):
-        await service.create({"input": "again", "previous_response_id": second["id"]}, {})
+        await service.create(
+            ParsedRequest.from_body(
+                {"model": "m", "input": "again", "previous_response_id": second["id"]}
+            ),
+            {},
+        )
 
 
 async def test_conversation_items_are_prepended_and_appended(store: MemoryResponseStore) -> None:
     conversation = await store.create_conversation({}, [])
     upstream = ScriptedUpstream([message("OK")], [message("LEMON")])
     service = ResponsesService(upstream, store)
-    first = await service.create({"input": "Remember LEMON", "conversation": conversation.id}, {})
+    first = await service.create(
+        ParsedRequest.from_body(
+            {"model": "m", "input": "Remember LEMON", "conversation": conversation.id}
+        ),
+        {},
+    )
     assert first["conversation"] == {"id": conversation.id}
-    await service.create({"input": "Which?", "conversation": {"id": conversation.id}}, {})
+    await service.create(
+        ParsedRequest.from_body(
+            {"model": "m", "input": "Which?", "conversation": {"id": conversation.id}}
+        ),
+        {},
+    )
     assert len(upstream.requests[1]["input"]) == 3
     assert "conversation" not in upstream.requests[1]
     items = await store.conversation_items(conversation.id)
@@ -165,13 +224,16 @@ async def test_conversation_items_are_prepended_and_appended(store: MemoryRespon
 async def test_unknown_conversation_is_a_404(store: MemoryResponseStore) -> None:
     service = ResponsesService(ScriptedUpstream(), store)
     with pytest.raises(NotFoundError):
-        await service.create({"input": "a", "conversation": "conv_missing"}, {})
+        await service.create(
+            ParsedRequest.from_body({"model": "m", "input": "a", "conversation": "conv_missing"}),
+            {},
+        )
 
 
 async def test_stateless_request_is_forwarded_unchanged(store: MemoryResponseStore) -> None:
     upstream = ScriptedUpstream([message("OK")])
     body = {"model": "m", "input": [{"role": "user", "content": "hi"}], "store": True}
-    await ResponsesService(upstream, store).create(copy.deepcopy(body), {})
+    await ResponsesService(upstream, store).create(ParsedRequest.from_body(copy.deepcopy(body)), {})
     assert upstream.requests == [body]
 
 
@@ -180,15 +242,20 @@ async def test_input_item_referencing_a_stored_item_is_resolved(
 ) -> None:
     upstream = ScriptedUpstream([message("OK")], [message("OK")])
     service = ResponsesService(upstream, store)
-    first = await service.create({"input": "a"}, {})
+    first = await service.create(ParsedRequest.from_body({"model": "m", "input": "a"}), {})
     item_id = first["output"][0]["id"]
-    await service.create({"input": [{"type": "item_reference", "id": item_id}]}, {})
+    await service.create(
+        ParsedRequest.from_body(
+            {"model": "m", "input": [{"type": "item_reference", "id": item_id}]}
+        ),
+        {},
+    )
     assert upstream.requests[1]["input"] == [first["output"][0]]
 
 
 async def test_delete_then_continue_is_not_found(store: MemoryResponseStore) -> None:
     service = ResponsesService(ScriptedUpstream([message("OK")]), store)
-    first = await service.create({"input": "a"}, {})
+    first = await service.create(ParsedRequest.from_body({"model": "m", "input": "a"}), {})
     assert await service.delete(first["id"]) == {
         "id": first["id"],
         "object": "response",
@@ -197,7 +264,12 @@ async def test_delete_then_continue_is_not_found(store: MemoryResponseStore) -> 
     with pytest.raises(NotFoundError):
         await service.get(first["id"])
     with pytest.raises(InvalidRequestError):
-        await service.create({"input": "b", "previous_response_id": first["id"]}, {})
+        await service.create(
+            ParsedRequest.from_body(
+                {"model": "m", "input": "b", "previous_response_id": first["id"]}
+            ),
+            {},
+        )
 
 
 async def test_failed_responses_are_not_stored(store: MemoryResponseStore) -> None:
@@ -205,6 +277,8 @@ async def test_failed_responses_are_not_stored(store: MemoryResponseStore) -> No
         async def create_response(self, body: JsonObject, headers: Any) -> JsonObject:
             return {"status": "failed", "output": [], "error": {"code": "x", "message": "y"}}
 
-    result = await ResponsesService(FailingUpstream(), store).create({"input": "a"}, {})
+    result = await ResponsesService(FailingUpstream(), store).create(
+        ParsedRequest.from_body({"model": "m", "input": "a"}), {}
+    )
     assert result["status"] == "failed"
     assert store.saved == []

@@ -27,7 +27,7 @@ from app.main import register_tool_kinds
 from app.protocol import items, requests
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
-from app.protocol.requests import CreateResponseRequest, check_create_request
+from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_create_request
 from app.tools.toolkit import GatewayToolKit
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
 from tests.lifecycle import assert_lifecycle
@@ -163,8 +163,13 @@ def make_service(
 
 async def respond(service: ResponsesService, body: JsonObject, stream: bool) -> JsonObject:
     if not stream:
-        return await service.create(body, {})
-    events = [e async for e in await service.open_stream({**body, "stream": True}, {})]
+        return await service.create(ParsedRequest.from_body(body), {})
+    events = [
+        e
+        async for e in await service.open_stream(
+            ParsedRequest.from_body({**body, "stream": True}), {}
+        )
+    ]
     return assert_lifecycle(events)
 
 

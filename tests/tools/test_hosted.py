@@ -14,6 +14,7 @@ from app.core.service import ResponsesService
 from app.errors import InvalidRequestError
 from app.main import build_upstream, hosted_tools
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 from app.settings import Settings, load_settings
 from app.tools.hosted import HostedToolPolicy, HostedTools, is_hosted
 from app.tools.mcp.provider import McpToolProvider
@@ -123,7 +124,7 @@ async def test_a_dropped_request_completes_without_the_tool_and_its_include() ->
             "code_interpreter_call.outputs",
         ],
     )
-    final = await svc.create(body, {})
+    final = await svc.create(ParsedRequest.from_body(body), {})
     assert final["status"] == "completed"
     assert final["output"][0]["content"][0]["text"] == "hello"
     [sent] = upstream.requests
@@ -135,7 +136,7 @@ async def test_a_dropped_request_completes_without_the_tool_and_its_include() ->
 
 async def test_when_every_tool_is_dropped_the_upstream_gets_no_tools() -> None:
     svc, upstream = service([[message("hello")]], toolkit())
-    await svc.create(request([WEB_SEARCH], tool_choice="auto"), {})
+    await svc.create(ParsedRequest.from_body(request([WEB_SEARCH], tool_choice="auto")), {})
     [sent] = upstream.requests
     assert "tools" not in sent and "tool_choice" not in sent
 
@@ -143,7 +144,9 @@ async def test_when_every_tool_is_dropped_the_upstream_gets_no_tools() -> None:
 async def test_required_with_every_tool_dropped_is_a_400() -> None:
     svc, upstream = service([], toolkit())
     with pytest.raises(InvalidRequestError) as raised:
-        await svc.create(request([WEB_SEARCH, CODE], tool_choice="required"), {})
+        await svc.create(
+            ParsedRequest.from_body(request([WEB_SEARCH, CODE], tool_choice="required")), {}
+        )
     assert raised.value.param == "tool_choice"
     assert "code_interpreter, web_search" in raised.value.message
     assert upstream.requests == []
@@ -151,7 +154,9 @@ async def test_required_with_every_tool_dropped_is_a_400() -> None:
 
 async def test_required_with_a_tool_left_is_sent_on() -> None:
     svc, upstream = service([[message("hello")]], toolkit())
-    await svc.create(request([EXEC, WEB_SEARCH], tool_choice="required"), {})
+    await svc.create(
+        ParsedRequest.from_body(request([EXEC, WEB_SEARCH], tool_choice="required")), {}
+    )
     assert upstream.requests[0]["tool_choice"] == "required"
 
 
@@ -167,7 +172,9 @@ async def test_required_with_a_tool_left_is_sent_on() -> None:
 async def test_a_tool_choice_naming_a_dropped_tool_is_a_400(choice: JsonObject) -> None:
     svc, upstream = service([], toolkit())
     with pytest.raises(InvalidRequestError) as raised:
-        await svc.create(request([EXEC, WEB_SEARCH, CODE], tool_choice=choice), {})
+        await svc.create(
+            ParsedRequest.from_body(request([EXEC, WEB_SEARCH, CODE], tool_choice=choice)), {}
+        )
     assert raised.value.param == "tool_choice"
     assert choice["type"] in raised.value.message
     assert upstream.requests == []
@@ -181,7 +188,9 @@ async def test_allowed_tools_naming_a_dropped_tool_keeps_the_others() -> None:
         "tools": [{"type": "web_search"}, {"type": "function", "name": "exec_command"}],
     }
     other = {"type": "function", "name": "other", "parameters": {"type": "object"}}
-    await svc.create(request([EXEC, other, WEB_SEARCH], tool_choice=choice), {})
+    await svc.create(
+        ParsedRequest.from_body(request([EXEC, other, WEB_SEARCH], tool_choice=choice)), {}
+    )
     [sent] = upstream.requests
     assert sent["tools"] == [EXEC] and sent["tool_choice"] == "auto"
 
@@ -228,7 +237,7 @@ async def test_forward_sends_the_hosted_tools_unchanged() -> None:
 async def test_forward_keeps_a_tool_choice_naming_a_forwarded_tool() -> None:
     svc, upstream = service([[message("hello")]], toolkit("forward"))
     choice = {"type": "web_search_preview"}
-    await svc.create(request([EXEC, WEB_SEARCH], tool_choice=choice), {})
+    await svc.create(ParsedRequest.from_body(request([EXEC, WEB_SEARCH], tool_choice=choice)), {})
     [sent] = upstream.requests
     assert sent["tools"] == [EXEC, WEB_SEARCH] and sent["tool_choice"] == choice
 

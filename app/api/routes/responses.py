@@ -13,7 +13,7 @@ from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
 from app.protocol.metadata import check_metadata
-from app.protocol.requests import CreateResponseRequest, check_create_request
+from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_create_request
 
 router = APIRouter()
 
@@ -34,10 +34,11 @@ async def create_response(request: Request) -> Response:
     check_create_request(parsed)
     check_metadata(body.get("metadata"), "metadata")
     headers = client_headers(request)
+    create = ParsedRequest(parsed, body)
     if parsed.stream:
-        events = await state.service.open_stream(body, headers)
+        events = await state.service.open_stream(create, headers)
         return event_stream_response(events)
-    response = await state.service.create(body, headers)
+    response = await state.service.create(create, headers)
     return Response(orjson.dumps(response), media_type="application/json")
 
 

@@ -12,6 +12,7 @@ from app.errors import InvalidRequestError, NotFoundError
 from app.files.checks import MissingObjectError
 from app.files.requests import SearchRequest
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 from app.tools.file_search.provider import FileSearchToolProvider, format_results
 from app.tools.toolkit import GatewayToolKit
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
@@ -82,7 +83,12 @@ async def test_a_search_round_streams_a_file_search_call_and_cites_the_file(incl
         ]
     )
     extra = {"include": ["file_search_call.results"]} if include else {}
-    events = [e async for e in await service.open_stream(body(stream=True, **extra), {})]
+    events = [
+        e
+        async for e in await service.open_stream(
+            ParsedRequest.from_body(body(stream=True, **extra)), {}
+        )
+    ]
     final = assert_lifecycle(events)
     types = [e["type"] for e in events]
     for kind in ("in_progress", "searching", "completed"):
@@ -118,7 +124,7 @@ async def test_a_store_that_vanishes_before_the_search_fails_the_call_not_the_re
     service, upstream, _ = make(
         [[function_call("file_search", '{"queries": ["a", "b"]}')], [message("none")]]
     )
-    final = await service.create({**body(), "tools": [tool]}, {})
+    final = await service.create(ParsedRequest.from_body({**body(), "tools": [tool]}), {})
     assert final["output"][0]["status"] == "failed"
     assert VANISHING in upstream.requests[1]["input"][-1]["output"]
 
@@ -130,9 +136,9 @@ async def test_a_store_that_does_not_exist_is_a_404_before_inference(stream: boo
     request = {**body(), "tools": [TOOL, tool], "stream": stream}
     with pytest.raises(MissingObjectError) as caught:
         if stream:
-            await service.open_stream(request, {})
+            await service.open_stream(ParsedRequest.from_body(request), {})
         else:
-            await service.create(request, {})
+            await service.create(ParsedRequest.from_body(request), {})
     assert caught.value.status_code == 404
     assert caught.value.to_error() == {
         "message": "No vector store found with id 'vs_missing'.",
@@ -151,9 +157,14 @@ async def test_continuation_lowers_the_call_for_the_upstream() -> None:
             [message("again")],
         ]
     )
-    first = await service.create(body(include=["file_search_call.results"]), {})
+    first = await service.create(
+        ParsedRequest.from_body(body(include=["file_search_call.results"])), {}
+    )
     await service.create(
-        {"model": "m", "previous_response_id": first["id"], "input": "more", "tools": [TOOL]}, {}
+        ParsedRequest.from_body(
+            {"model": "m", "previous_response_id": first["id"], "input": "more", "tools": [TOOL]}
+        ),
+        {},
     )
     sent = upstream.requests[2]["input"]
     kinds = [i["type"] for i in sent]
@@ -174,6 +185,6 @@ async def test_continuation_lowers_the_call_for_the_upstream() -> None:
 async def test_bad_file_search_tools_are_400s(tool: JsonObject, param: str) -> None:
     service, upstream, _ = make([])
     with pytest.raises(InvalidRequestError) as info:
-        await service.create({**body(), "tools": [tool]}, {})
+        await service.create(ParsedRequest.from_body({**body(), "tools": [tool]}), {})
     assert info.value.param == param
     assert upstream.requests == []

@@ -15,6 +15,7 @@ from app.core.service import ResponsesService
 from app.errors import InvalidRequestError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 from app.settings import Settings
 from app.tools.hosted import HostedToolPolicy, HostedTools
 from app.tools.mcp.provider import McpToolProvider
@@ -46,13 +47,18 @@ def make_service(
 
 
 async def run_stream(service: ResponsesService, body: JsonObject) -> list[JsonObject]:
-    return [e async for e in await service.open_stream({**body, "stream": True}, {})]
+    return [
+        e
+        async for e in await service.open_stream(
+            ParsedRequest.from_body({**body, "stream": True}), {}
+        )
+    ]
 
 
 async def respond(service: ResponsesService, body: JsonObject, stream: bool) -> JsonObject:
     if stream:
         return assert_lifecycle(await run_stream(service, body))
-    return await service.create(body, {})
+    return await service.create(ParsedRequest.from_body(body), {})
 
 
 def body(**extra: Any) -> JsonObject:
@@ -162,7 +168,9 @@ async def test_batched_queries_run_together_and_their_sources_are_merged() -> No
         [message("Both are nightshades.")],
     ]
     service, upstream, _ = make_service(rounds, search)
-    final = await service.create(body(include=["web_search_call.action.sources"]), {})
+    final = await service.create(
+        ParsedRequest.from_body(body(include=["web_search_call.action.sources"])), {}
+    )
     action = final["output"][0]["action"]
     assert action["query"] == "potato" and action["queries"] == ["potato", "tomato"]
     assert [s["url"] for s in action["sources"]] == [WIKI.url, GOODNESS.url, TOMATO.url]
@@ -211,7 +219,7 @@ async def test_when_some_queries_fail_the_others_still_answer() -> None:
     search = FakeSearch({"potato": [WIKI], "tomato": SearchError("Tavily did not answer")})
     rounds = [[search_call({"queries": ["potato", "tomato"]})], [message("ok")]]
     service, upstream, _ = make_service(rounds, search)
-    final = await service.create(body(), {})
+    final = await service.create(ParsedRequest.from_body(body()), {})
     assert final["output"][0]["status"] == "completed"
     text = upstream.requests[1]["input"][-1]["output"]
     assert WIKI.url in text and 'The search for "tomato" failed: Tavily did not answer' in text
@@ -220,7 +228,7 @@ async def test_when_some_queries_fail_the_others_still_answer() -> None:
 async def test_a_search_that_takes_too_long_is_an_error_for_the_model() -> None:
     rounds = [[search_call({"query": "potato"})], [message("too slow")]]
     service, upstream, _ = make_service(rounds, FakeSearch(delay=5), call_timeout=0.05)
-    final = await service.create(body(), {})
+    final = await service.create(ParsedRequest.from_body(body()), {})
     assert final["status"] == "completed"
     assert final["output"][0]["status"] == "failed"
     assert upstream.requests[1]["input"][-1]["output"] == (
@@ -238,7 +246,7 @@ async def test_a_search_that_takes_too_long_is_an_error_for_the_model() -> None:
 async def test_unusable_arguments_are_an_error_for_the_model(arguments: str, error: str) -> None:
     rounds = [[search_call(arguments)], [message("oops")]]
     service, upstream, _ = make_service(rounds, FakeSearch())
-    final = await service.create(body(), {})
+    final = await service.create(ParsedRequest.from_body(body()), {})
     assert final["output"][0]["status"] == "failed"
     assert final["output"][0]["action"] == {"type": "search", "query": ""}
     assert upstream.requests[1]["input"][-1]["output"].startswith(error)
@@ -254,7 +262,7 @@ async def test_the_tools_options_reach_the_search_and_the_model() -> None:
     }
     rounds = [[search_call({"query": "potato"})], [message("ok")]]
     service, upstream, _ = make_service(rounds, search)
-    await service.create(body(tools=[tool]), {})
+    await service.create(ParsedRequest.from_body(body(tools=[tool])), {})
     assert search.calls[0] == {
         "query": "potato",
         "max_results": 3,
@@ -282,7 +290,7 @@ async def test_invalid_tool_fields_are_a_400_naming_them(tool: JsonObject, param
     service, _, _ = make_service([], FakeSearch())
     tools = [{"type": "function", "name": "f"}, tool]
     with pytest.raises(InvalidRequestError) as raised:
-        await service.create(body(tools=tools), {})
+        await service.create(ParsedRequest.from_body(body(tools=tools)), {})
     assert raised.value.param == param
 
 
@@ -290,7 +298,10 @@ async def test_without_a_provider_a_rejected_web_search_tool_is_a_400() -> None:
     service, upstream, _ = make_service([], None, hosted="reject")
     with pytest.raises(InvalidRequestError) as raised:
         await service.create(
-            body(tools=[{"type": "function", "name": "f"}, {"type": "web_search"}]), {}
+            ParsedRequest.from_body(
+                body(tools=[{"type": "function", "name": "f"}, {"type": "web_search"}])
+            ),
+            {},
         )
     assert raised.value.param == "tools[1]"
     assert "Web search is not configured" in raised.value.message
@@ -322,7 +333,7 @@ async def test_a_client_function_named_web_search_keeps_its_name() -> None:
         [search_call({"query": "potato"}, call_id="mine")],  # the client's own function
     ]
     service, upstream, _ = make_service(rounds, FakeSearch())
-    final = await service.create(body(tools=tools), {})
+    final = await service.create(ParsedRequest.from_body(body(tools=tools)), {})
     names = [t["name"] for t in upstream.requests[0]["tools"]]
     assert names == ["web_search", "web_search_2"]
     assert [i["type"] for i in final["output"]] == ["function_call"]
@@ -333,9 +344,11 @@ async def test_tool_choice_of_the_web_search_type_names_its_function() -> None:
     rounds = [[search_call({"query": "potato"})], [message("ok")]]
     service, upstream, _ = make_service(rounds, FakeSearch())
     await service.create(
-        body(
-            tools=[{"type": "web_search_preview"}, {"type": "function", "name": "f"}],
-            tool_choice={"type": "web_search_preview"},
+        ParsedRequest.from_body(
+            body(
+                tools=[{"type": "web_search_preview"}, {"type": "function", "name": "f"}],
+                tool_choice={"type": "web_search_preview"},
+            )
         ),
         {},
     )
@@ -346,10 +359,15 @@ async def test_tool_choice_of_the_web_search_type_names_its_function() -> None:
 async def test_a_continuation_shows_the_model_its_earlier_search() -> None:
     rounds = [[search_call({"queries": ["potato"]})], [message("Potatoes are tubers.")]]
     service, upstream, _ = make_service(rounds, FakeSearch())
-    first = await service.create(body(include=["web_search_call.action.sources"]), {})
+    first = await service.create(
+        ParsedRequest.from_body(body(include=["web_search_call.action.sources"])), {}
+    )
     upstream.rounds.append([message("Yes.")])
     await service.create(
-        {"model": "m", "previous_response_id": first["id"], "input": "really?"}, {}
+        ParsedRequest.from_body(
+            {"model": "m", "previous_response_id": first["id"], "input": "really?"}
+        ),
+        {},
     )
     sent = upstream.requests[-1]
     assert "tools" not in sent
@@ -375,7 +393,7 @@ async def test_an_answer_citing_the_results_gets_url_citations(stream: bool) -> 
         added = [e for e in events if e["type"] == "response.output_text.annotation.added"]
         assert [e["annotation_index"] for e in added] == [0, 1]
     else:
-        final = await service.create(body(), {})
+        final = await service.create(ParsedRequest.from_body(body()), {})
     annotations = final["output"][-1]["content"][0]["annotations"]
     link = f"[Potato - Wikipedia]({WIKI.url})"
     assert annotations == [
@@ -414,7 +432,8 @@ async def test_with_a_searxng_backend(searxng: SearchServer) -> None:
     try:
         service, upstream, _ = make_service(rounds, provider)
         final = await service.create(
-            body(tools=[tool], include=["web_search_call.action.sources"]), {}
+            ParsedRequest.from_body(body(tools=[tool], include=["web_search_call.action.sources"])),
+            {},
         )
     finally:
         await provider.aclose()
@@ -432,7 +451,7 @@ async def test_a_searxng_backend_that_fails(searxng: SearchServer) -> None:
     rounds = [[search_call({"query": "potato"})], [message("sorry")]]
     try:
         service, upstream, _ = make_service(rounds, provider)
-        final = await service.create(body(), {})
+        final = await service.create(ParsedRequest.from_body(body()), {})
     finally:
         await provider.aclose()
     assert final["output"][0]["status"] == "failed"

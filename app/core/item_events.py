@@ -1,0 +1,306 @@
+"""The item and content events of an upstream stream, folded into ``core.item_state``.
+
+``ItemEvents`` has one handler per upstream event type about an item (``output_item.*``,
+``content_part.*`` and vLLM's ``reasoning_part.*``, text, refusal and reasoning deltas,
+annotations, function-call arguments, reasoning summaries). Each updates the items and returns
+the client's events for it, repaired: a missing item or part is opened first, and indexes are
+the snapshot's positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from app.core.item_state import OutputItems
+from app.core.jsoncopy import clone
+from app.core.response import normalize_part
+from app.protocol import events as ev
+from app.protocol.events import StreamEvent
+from app.protocol.items import ITEM_ID_PREFIXES
+from app.protocol.json_types import JsonObject
+
+Handler = Callable[[JsonObject], list[StreamEvent]]
+
+# Which part types belong to which item type, and the item type a part-less delta implies.
+_PART_OWNER = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
+
+
+class ItemEvents:
+    """The handlers of the item events, over one round's ``OutputItems``."""
+
+    def __init__(self, items: OutputItems) -> None:
+        self.items = items
+
+    def handlers(self) -> dict[str, Handler]:
+        """The handler of each upstream event type this class folds."""
+        return {
+            ev.OUTPUT_ITEM_ADDED: self._on_item_added,
+            ev.OUTPUT_ITEM_DONE: self._on_item_done,
+            ev.CONTENT_PART_ADDED: self._on_part_added,
+            ev.REASONING_PART_ADDED: self._on_part_added,
+            ev.CONTENT_PART_DONE: self._on_part_done,
+            ev.REASONING_PART_DONE: self._on_part_done,
+            ev.OUTPUT_TEXT_DELTA: self._on_text_delta,
+            ev.REFUSAL_DELTA: self._on_text_delta,
+            ev.REASONING_TEXT_DELTA: self._on_text_delta,
+            ev.OUTPUT_TEXT_DONE: self._on_text_done,
+            ev.REFUSAL_DONE: self._on_text_done,
+            ev.REASONING_TEXT_DONE: self._on_text_done,
+            ev.OUTPUT_TEXT_ANNOTATION_ADDED: self._on_annotation,
+            ev.FUNCTION_CALL_ARGUMENTS_DELTA: self._on_arguments_delta,
+            ev.FUNCTION_CALL_ARGUMENTS_DONE: self._on_arguments_done,
+            ev.REASONING_SUMMARY_PART_ADDED: self._on_summary_part_added,
+            ev.REASONING_SUMMARY_PART_DONE: self._on_summary_part_done,
+            ev.REASONING_SUMMARY_TEXT_DELTA: self._on_summary_text_delta,
+            ev.REASONING_SUMMARY_TEXT_DONE: self._on_summary_text_done,
+        }
+
+    # ------------------------------------------------------------------ items
+
+    def _on_item_added(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return []
+        existing = items.find(item.get("id"), event.get("output_index"), item.get("type"))
+        if existing is not None and existing.open:
+            return []  # a repeated ``added`` for an item already open
+        item = clone(item)
+        if item.get("type") in ITEM_ID_PREFIXES:
+            item["status"] = "in_progress"
+            if item.get("type") == "message" and not isinstance(item.get("content"), list):
+                item["content"] = []
+        slot, events = items.open_item(item, event.get("output_index"), item.get("id"))
+        for position, part in enumerate(item.get("content") or []):
+            if isinstance(part, dict):
+                slot.parts[position] = position
+        return events
+
+    def _on_item_done(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        item = event.get("item")
+        if not isinstance(item, dict):
+            return []
+        item = clone(item)
+        slot = items.find(item.get("id"), event.get("output_index"), item.get("type"))
+        if slot is None:
+            # Only ``done`` arrived: open it, replay its content, close it.
+            return items.emit_whole_item(item, event.get("output_index"), "completed")
+        if not slot.open:
+            return []  # a repeated ``done``
+        return items.close_item(slot, item, "completed")
+
+    # ------------------------------------------------------------------ content parts
+
+    def _on_part_added(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        part = event.get("part")
+        part = clone(part) if isinstance(part, dict) else {"type": "output_text"}
+        kind = part.get("type")
+        owner = _PART_OWNER.get(kind if isinstance(kind, str) else "", "message")
+        slot, events = items.slot_for(event, owner)
+        upstream_ci = event.get("content_index")
+        key = upstream_ci if isinstance(upstream_ci, int) else len(slot.parts)
+        if key in slot.parts and slot.parts[key] not in slot.part_done:
+            return events  # repeated ``added``
+        content = items.output[slot.index].setdefault("content", [])
+        if not isinstance(content, list):
+            content = items.output[slot.index]["content"] = []
+        position = len(content)
+        if kind in ("output_text", "reasoning_text", "refusal"):
+            part.setdefault("text" if kind != "refusal" else "refusal", "")
+        content.append(normalize_part(part))
+        slot.parts[key] = position
+        out = _copy_event(event, ev.CONTENT_PART_ADDED)
+        out.update(items.part_address(slot, position))
+        out["part"] = clone(content[position])
+        events.append(out)
+        return events
+
+    def _on_part_done(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        part = event.get("part")
+        part = clone(part) if isinstance(part, dict) else {}
+        kind = part.get("type") or "output_text"
+        owner = _PART_OWNER.get(kind, "message")
+        slot, events = items.slot_for(event, owner)
+        position, opened = items.part_for(slot, event, kind)
+        events.extend(opened)
+        if position in slot.part_done:
+            return events
+        content = items.output[slot.index]["content"]
+        ours = content[position]
+        merged = {**ours, **part}
+        for field in ("text", "refusal"):
+            if field in ours and not isinstance(part.get(field), str):
+                merged[field] = ours[field]
+        content[position] = normalize_part(merged)
+        slot.part_done.add(position)
+        out = _copy_event(event, ev.CONTENT_PART_DONE)
+        out.update(items.part_address(slot, position))
+        out["part"] = clone(content[position])
+        events.append(out)
+        return events
+
+    def _on_text_delta(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        kind = _delta_part_type(event.get("type", ""))
+        slot, events = items.slot_for(event, _PART_OWNER[kind])
+        position, opened = items.part_for(slot, event, kind)
+        events.extend(opened)
+        field = "refusal" if kind == "refusal" else "text"
+        part = items.output[slot.index]["content"][position]
+        delta = event.get("delta")
+        delta = delta if isinstance(delta, str) else ""
+        part[field] = (part.get(field) or "") + delta
+        out = _copy_event(event, event["type"])
+        out.update(items.part_address(slot, position))
+        out["delta"] = delta
+        if kind == "output_text" and out.get("logprobs") is None:
+            out["logprobs"] = []
+        events.append(out)
+        return events
+
+    def _on_text_done(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        kind = _delta_part_type(event.get("type", ""))
+        slot, events = items.slot_for(event, _PART_OWNER[kind])
+        position, opened = items.part_for(slot, event, kind)
+        events.extend(opened)
+        field = "refusal" if kind == "refusal" else "text"
+        part = items.output[slot.index]["content"][position]
+        final = event.get(field)
+        if isinstance(final, str):
+            part[field] = final
+        out = _copy_event(event, event["type"])
+        out.update(items.part_address(slot, position))
+        out[field] = part.get(field, "")
+        if kind == "output_text" and out.get("logprobs") is None:
+            out["logprobs"] = []
+        events.append(out)
+        return events
+
+    def _on_annotation(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "message")
+        position, opened = items.part_for(slot, event, "output_text")
+        events.extend(opened)
+        part = items.output[slot.index]["content"][position]
+        annotation = event.get("annotation")
+        if isinstance(annotation, dict):
+            part.setdefault("annotations", []).append(clone(annotation))
+        out = _copy_event(event, event["type"])
+        out.update(items.part_address(slot, position))
+        out["annotation_index"] = len(part.get("annotations") or []) - 1
+        events.append(out)
+        return events
+
+    # ------------------------------------------------------------------ function calls
+
+    def _on_arguments_delta(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "function_call")
+        item = items.output[slot.index]
+        delta = event.get("delta")
+        delta = delta if isinstance(delta, str) else ""
+        item["arguments"] = (item.get("arguments") or "") + delta
+        out = _copy_event(event, event["type"])
+        out.update(items.item_address(slot))
+        out["delta"] = delta
+        events.append(out)
+        return events
+
+    def _on_arguments_done(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "function_call")
+        item = items.output[slot.index]
+        arguments = event.get("arguments")
+        if isinstance(arguments, str):
+            item["arguments"] = arguments
+        name = event.get("name")
+        if isinstance(name, str) and name and not item.get("name"):
+            item["name"] = name
+        out = _copy_event(event, event["type"])
+        out.update(items.arguments_done_event(slot))
+        events.append(out)
+        return events
+
+    # ------------------------------------------------------------------ reasoning summaries
+
+    def _on_summary_part_added(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "reasoning")
+        position, opened = items.summary_for(slot, event, emit_added=False)
+        part = event.get("part")
+        if isinstance(part, dict):
+            summary = items.output[slot.index]["summary"]
+            summary[position] = {**summary[position], **clone(part)}
+        out = _copy_event(event, event["type"])
+        out.update(items.summary_address(slot, position))
+        out["part"] = clone(items.output[slot.index]["summary"][position])
+        events.extend(opened)
+        events.append(out)
+        return events
+
+    def _on_summary_text_delta(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "reasoning")
+        position, opened = items.summary_for(slot, event, emit_added=True)
+        events.extend(opened)
+        part = items.output[slot.index]["summary"][position]
+        delta = event.get("delta")
+        delta = delta if isinstance(delta, str) else ""
+        part["text"] = (part.get("text") or "") + delta
+        out = _copy_event(event, event["type"])
+        out.update(items.summary_address(slot, position))
+        out["delta"] = delta
+        events.append(out)
+        return events
+
+    def _on_summary_text_done(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "reasoning")
+        position, opened = items.summary_for(slot, event, emit_added=True)
+        events.extend(opened)
+        part = items.output[slot.index]["summary"][position]
+        if isinstance(event.get("text"), str):
+            part["text"] = event["text"]
+        out = _copy_event(event, event["type"])
+        out.update(items.summary_address(slot, position))
+        out["text"] = part.get("text", "")
+        events.append(out)
+        return events
+
+    def _on_summary_part_done(self, event: JsonObject) -> list[StreamEvent]:
+        items = self.items
+        slot, events = items.slot_for(event, "reasoning")
+        position, opened = items.summary_for(slot, event, emit_added=True)
+        events.extend(opened)
+        summary = items.output[slot.index]["summary"]
+        part = event.get("part")
+        if isinstance(part, dict):
+            text = summary[position].get("text", "")
+            summary[position] = {**summary[position], **clone(part)}
+            if not isinstance(part.get("text"), str):
+                summary[position]["text"] = text
+        slot.summary_done.add(position)
+        out = _copy_event(event, event["type"])
+        out.update(items.summary_address(slot, position))
+        out["part"] = clone(summary[position])
+        events.append(out)
+        return events
+
+
+def _copy_event(event: JsonObject, kind: str) -> JsonObject:
+    out = dict(event)
+    out.pop("sequence_number", None)
+    out["type"] = kind
+    return out
+
+
+def _delta_part_type(event_type: str) -> str:
+    if event_type.startswith("response.reasoning_text"):
+        return "reasoning_text"
+    if event_type.startswith("response.refusal"):
+        return "refusal"
+    return "output_text"
