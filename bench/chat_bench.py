@@ -598,7 +598,7 @@ def run_micro(payloads: dict[str, bytes], quick: bool) -> dict[str, Any]:
         "SSE chain, chat kind, parse only: split_lines + parse_sse_lines": time_async_us(
             lambda: parse_chat(False), number=number // 10, repeat=repeat
         ),
-        "SSE chain, chat kind, parse + translate (as ChatEventStream)": time_async_us(
+        "SSE chain, chat kind, parse + translate (as UpstreamEvents does)": time_async_us(
             lambda: parse_chat(True), number=number // 10, repeat=repeat
         ),
     }

@@ -158,7 +158,8 @@ class HttpxUpstream:
 
 
 class HttpxEventStream:
-    """Events parsed from a streaming httpx response; closing it drops the connection."""
+    """Events parsed from a streaming httpx response (``app.upstream.events.UpstreamEvents``
+    without a translation step, on httpx); closing it drops the connection."""
 
     def __init__(self, resp: httpx.Response) -> None:
         self._resp = resp

@@ -282,22 +282,22 @@ async def rehydrate_via_sqlalchemy(store: SqlResponseStore, response_id: str) ->
     """The same two reads through SQLAlchemy's execution layer (the ablation of the driver
     fast path): ``conn.execute`` of the same Core statements, no transaction."""
     options: dict[str, Any] = (
-        {SQLITE_BEGIN: None} if store._is_sqlite else {"isolation_level": "AUTOCOMMIT"}
+        {SQLITE_BEGIN: None} if store.db.is_sqlite else {"isolation_level": "AUTOCOMMIT"}
     )
-    engine = store._engine.execution_options(**options)
+    engine = store.db.engine.execution_options(**options)
     async with engine.connect() as conn:
-        row = (await conn.execute(store._q.get_response, {"response_id": response_id})).one()
+        row = (await conn.execute(store.db.queries.get_response, {"response_id": response_id})).one()
     async with engine.connect() as conn:
-        return len(await store._load(conn, json_loads(row[1])))
+        return len(await store.db.load(conn, json_loads(row[1])))
 
 
 async def rehydration_throughput(
     store: SqlResponseStore, response_id: str, args: argparse.Namespace, variant: str
 ) -> float:
     run = rehydrate_via_sqlalchemy if variant == "sqlalchemy" else rehydrate
-    inline = store._inline
+    inline = store.db.inline
     if variant == "driver":
-        store._inline = None  # SQLite: through aiosqlite's thread
+        store.db.inline = None  # SQLite: through aiosqlite's thread
 
     async def make(_: int) -> None:
         await run(store, response_id)
@@ -308,7 +308,7 @@ async def rehydration_throughput(
             await run_concurrent(args.requests, args.concurrency, make) for _ in range(args.rounds)
         ]
     finally:
-        store._inline = inline
+        store.db.inline = inline
     return statistics.median(rates)
 
 
@@ -326,8 +326,8 @@ async def bench_backend(
     for shape, label, group_commit in shapes:
         async with store_factory() as store:
             if not group_commit:  # one transaction per save, as many writers as connections
-                writers = 1 if store._is_sqlite else POSTGRES_POOL_SIZE
-                store._saves = GroupCommitter(store._save_many, max_batch=1, max_writers=writers)
+                writers = 1 if store.db.is_sqlite else POSTGRES_POOL_SIZE
+                store.saves = GroupCommitter(store.save_many, max_batch=1, max_writers=writers)
             rates = [
                 await save_throughput(store, args.requests, c, shape) for _ in range(args.rounds)
             ]
@@ -337,7 +337,7 @@ async def bench_backend(
     lines += ["", f"| rehydration throughput, c={c}, 10-item history | per s |", "|---|---:|"]
     async with store_factory() as store:
         response_id = await checkpoint_of(store, 10, 1)
-        if store._inline is not None:
+        if store.db.inline is not None:
             variants = [
                 ("default", "as shipped (SQLite: reads inline)"),
                 ("driver", "ablation: on the driver, through aiosqlite's thread"),

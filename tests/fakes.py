@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
@@ -82,7 +83,8 @@ class FakeUpstream:
 
 
 class MemoryResponseStore:
-    """An in-memory ResponseStore with the SQL store's semantics, for core unit tests."""
+    """An in-memory ResponseStore with the SQL store's semantics, for core unit tests (held to
+    them by the contract suite, tests/store/test_store_contract_*.py)."""
 
     def __init__(self) -> None:
         self.items: dict[str, JsonObject] = {}
@@ -102,7 +104,7 @@ class MemoryResponseStore:
 
     async def save_response(self, new: NewResponse) -> None:
         response = new.response
-        output_ids = [str(item["id"]) for item in response["output"]]
+        output_ids = [str(item["id"]) for item in response.get("output") or ()]
         if new.conversation_id is not None and new.conversation_id not in self.conversations:
             raise ConversationNotFoundError(new.conversation_id)
         for item in new.new_items:
@@ -113,7 +115,7 @@ class MemoryResponseStore:
             checkpoint_ids=[*new.history_ids, *new.input_item_ids, *output_ids],
             input_item_ids=list(new.input_item_ids),
             conversation_id=new.conversation_id,
-            created_at=response["created_at"],
+            created_at=int(response.get("created_at") or time.time()),
         )
         if new.conversation_id is not None:
             self.conversation_lists[new.conversation_id] += [*new.input_item_ids, *output_ids]
@@ -133,7 +135,7 @@ class MemoryResponseStore:
     async def create_conversation(
         self, metadata: dict[str, str], items: list[JsonObject]
     ) -> StoredConversation:
-        conversation = StoredConversation(new_id("conv"), 0, dict(metadata))
+        conversation = StoredConversation(new_id("conv"), int(time.time()), dict(metadata))
         self.conversations[conversation.id] = conversation
         self.conversation_lists[conversation.id] = []
         await self.append_conversation_items(conversation.id, items)
@@ -148,7 +150,9 @@ class MemoryResponseStore:
         old = self.conversations.get(conversation_id)
         if old is None:
             return None
-        self.conversations[conversation_id] = StoredConversation(old.id, old.created_at, metadata)
+        self.conversations[conversation_id] = StoredConversation(
+            old.id, old.created_at, dict(metadata)
+        )
         return self.conversations[conversation_id]
 
     async def delete_conversation(self, conversation_id: str) -> bool:
@@ -201,7 +205,9 @@ def _page(items: list[JsonObject], after: str | None, limit: int, order: str) ->
         ids = [item["id"] for item in ordered]
         if after not in ids:
             raise UnknownCursorError(after)
-        ordered = ordered[ids.index(after) + 1 :]
+        # The last occurrence in this order, as the SQL store: paging over an id that is in
+        # the list twice still moves forward.
+        ordered = ordered[len(ids) - ids[::-1].index(after) :]
     return Page(items=ordered[:limit], has_more=len(ordered) > limit)
 
 

@@ -7,6 +7,9 @@ buffered) and, once complete, appended to the cassette as turn ``t<N>``, numbere
 order the upstream started answering. The cassette file is rewritten atomically after each
 turn, so an interrupted session keeps everything recorded so far. Requests that got no
 upstream response (upstream unreachable -> 502, timeout -> 504) are not recorded.
+
+The client is aiohttp's, with the transport-failure mapping of ``app.net.http``, as everywhere
+else in the gateway.
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 import uvicorn
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from yarl import URL
 
+from app.errors import UpstreamTimeoutError
+from app.net.http import map_transport_error, release
 from app.recording.cassette import (
     Cassette,
     RecordedRequest,
@@ -58,11 +64,11 @@ HOP_BY_HOP = frozenset(
     }
 )
 _DROP_REQUEST_HEADERS = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
-# httpx decodes gzip/deflate bodies, so the encoding and length no longer apply; uvicorn sets
+# aiohttp decodes gzip/deflate bodies, so the encoding and length no longer apply; uvicorn sets
 # its own date and server headers.
 _DROP_RESPONSE_HEADERS = HOP_BY_HOP | {"content-length", "content-encoding", "date", "server"}
 
-DEFAULT_TIMEOUT = httpx.Timeout(connect=10.0, read=600.0, write=60.0, pool=60.0)
+DEFAULT_TIMEOUT = aiohttp.ClientTimeout(total=None, connect=10.0, sock_read=600.0)
 
 
 @dataclass
@@ -139,11 +145,11 @@ def create_record_app(
 ) -> Starlette:
     """A Starlette app that proxies to ``upstream_url`` and records to ``out``."""
     recorder = CassetteRecorder(out=Path(out))
-    holder: dict[str, httpx.AsyncClient] = {}
+    holder: dict[str, aiohttp.ClientSession] = {}
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT, follow_redirects=False) as client:
+        async with aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT) as client:
             holder["client"] = client
             yield
         holder.clear()
@@ -151,7 +157,7 @@ def create_record_app(
     async def proxy(request: Request) -> Response:
         client = holder.get("client")
         if client is None:  # lifespan not run (e.g. a bare ASGI call)
-            client = httpx.AsyncClient(timeout=DEFAULT_TIMEOUT)
+            client = aiohttp.ClientSession(timeout=DEFAULT_TIMEOUT)
             holder["client"] = client
         raw_body = await request.body()
         headers = _forward_headers(request.headers, upstream_api_key)
@@ -163,20 +169,23 @@ def create_record_app(
             headers=mask_headers(headers),
             query_params=dict(request.query_params),
         )
-        upstream_request = client.build_request(
-            request.method, url, headers=headers, content=raw_body
-        )
         try:
-            upstream = await client.send(upstream_request, stream=True)
-        except httpx.TimeoutException as exc:
-            logger.warning("upstream timeout", extra={"url": url, "error": repr(exc)})
-            return error_envelope(
-                f"Upstream {upstream_url} timed out: {exc!r}",
-                code="upstream_timeout",
-                status_code=504,
-                error_type="server_error",
+            upstream = await client.request(
+                request.method,
+                URL(url, encoded=True),  # the query string as the client sent it
+                headers=headers,
+                data=raw_body,
+                allow_redirects=False,
             )
-        except httpx.TransportError as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            if isinstance(map_transport_error(exc), UpstreamTimeoutError):
+                logger.warning("upstream timeout", extra={"url": url, "error": repr(exc)})
+                return error_envelope(
+                    f"Upstream {upstream_url} timed out: {exc!r}",
+                    code="upstream_timeout",
+                    status_code=504,
+                    error_type="server_error",
+                )
             logger.warning("upstream unreachable", extra={"url": url, "error": repr(exc)})
             return error_envelope(
                 f"Upstream {upstream_url} is unreachable: {exc!r}",
@@ -193,21 +202,21 @@ def create_record_app(
         async def relay() -> AsyncIterator[bytes]:
             nonlocal finished
             try:
-                async for chunk in upstream.aiter_bytes():
+                async for chunk in upstream.content.iter_any():
                     chunks.append(chunk)
                     yield chunk
-            except httpx.HTTPError as exc:
+            except (aiohttp.ClientError, OSError, TimeoutError) as exc:
                 logger.warning("upstream stream broke", extra={"url": url, "error": repr(exc)})
             finally:
                 if not finished:
                     finished = True
                     record()
-                await upstream.aclose()
+                release(upstream)
 
         def record() -> None:
             raw = b"".join(chunks)
             response = RecordedResponse(
-                status_code=upstream.status_code,
+                status_code=upstream.status,
                 headers={"content-type": content_type} if content_type else {},
             )
             if "text/event-stream" in content_type.lower():
@@ -221,9 +230,9 @@ def create_record_app(
         }
         return StreamingResponse(
             relay(),
-            status_code=upstream.status_code,
+            status_code=upstream.status,
             headers=response_headers,
-            background=BackgroundTask(upstream.aclose),
+            background=BackgroundTask(release, upstream),
         )
 
     app = Starlette(routes=[Route("/{path:path}", proxy, methods=_ALL_METHODS)], lifespan=lifespan)

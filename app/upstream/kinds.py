@@ -2,8 +2,10 @@
 
 A new kind is a module in this package, one entry in ``UPSTREAM_KINDS`` and its name in the
 settings' ``UpstreamKind`` (tests/upstream/test_kinds.py checks that the two list the same
-kinds). The factories take plain options that ``app.main`` builds from the settings, so this
-package does not import ``app.settings`` (the settings sit above the adapters).
+kinds). A kind's streaming answers are ``events.UpstreamEvents`` given the kind's
+``EventTranslator`` (none when the upstream sends Responses events itself). The factories take
+plain options that ``app.main`` builds from the settings, so this package does not import
+``app.settings`` (the settings sit above the adapters).
 """
 
 from __future__ import annotations

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Unpack
-
-import aiohttp
 
 from app.core.ports import SingleResponseStream
 from app.errors import UpstreamError, UpstreamHTTPError
-from app.net.http import map_transport_error, release
 from app.protocol.json_types import JsonObject
+from app.upstream.events import UpstreamEvents
 from app.upstream.http import HttpOptions, HttpUpstream
-from app.upstream.sse import parse_sse_lines, split_lines
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +65,7 @@ class ResponsesUpstream(HttpUpstream):
 
     async def stream_response(
         self, body: JsonObject, headers: Mapping[str, str]
-    ) -> AiohttpEventStream | SingleResponseStream:
+    ) -> UpstreamEvents | SingleResponseStream:
         try:
             answer = await self.post_stream(self._responses_url, body, headers)
         except UpstreamHTTPError as exc:
@@ -76,7 +73,8 @@ class ResponsesUpstream(HttpUpstream):
         if isinstance(answer, dict):
             # The server ignored ``stream``: fold its whole answer into one terminal event.
             return SingleResponseStream(answer)
-        return AiohttpEventStream(answer)
+        # Its events are Responses events already: no translation step.
+        return UpstreamEvents(answer)
 
     def _explain(self, error: UpstreamHTTPError) -> UpstreamError:
         """A 404 on the path itself says what to do (logged once); other errors pass."""
@@ -91,29 +89,3 @@ class ResponsesUpstream(HttpUpstream):
                 NO_RESPONSES_API_HINT,
             )
         return NoResponsesApiError(NO_RESPONSES_API_HINT)
-
-
-class AiohttpEventStream:
-    """Events parsed from a streaming aiohttp response; closing it drops the connection."""
-
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-
-    def __aiter__(self) -> AsyncIterator[JsonObject]:
-        return self._events()
-
-    async def _events(self) -> AsyncIterator[JsonObject]:
-        try:
-            # Not aiohttp's readline: it caps line length (see ``split_lines``).
-            lines = split_lines(self._resp.content.iter_any())
-            async for event in parse_sse_lines(lines):
-                yield event
-        except UpstreamError:
-            raise
-        except Exception as exc:
-            raise map_transport_error(exc) from exc
-        finally:
-            await self.aclose()
-
-    async def aclose(self) -> None:
-        release(self._resp)

@@ -5,6 +5,7 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import httpx
 import pytest
 import yaml
@@ -13,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
+from app.recording import record as record_module
 from app.recording.cassette import load_cassette, sse_data_events
 from app.recording.record import create_record_app, upstream_target
 from app.recording.replay import create_replay_app
@@ -138,6 +140,28 @@ def test_upstream_down_gives_502_envelope(tmp_path: Path) -> None:
     assert set(error) == {"message", "type", "param", "code"}
     assert error["code"] == "upstream_unreachable"
     assert error["param"] is None
+    assert not out.exists(), "nothing was recorded"
+
+
+def test_upstream_timeout_gives_504_envelope(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def slow(request: Request) -> StreamingResponse:
+        await asyncio.sleep(5)
+        return StreamingResponse(iter([b"{}"]))
+
+    monkeypatch.setattr(
+        record_module, "DEFAULT_TIMEOUT", aiohttp.ClientTimeout(total=None, sock_read=0.2)
+    )
+    out = tmp_path / "none.yaml"
+    upstream_app = Starlette(routes=[Route("/v1/responses", slow, methods=["POST"])])
+    with (
+        serve_in_thread(upstream_app) as upstream,
+        serve_in_thread(create_record_app(upstream, out)) as proxy,
+    ):
+        response = httpx.post(f"{proxy}/v1/responses", json={"model": "m", "input": "hi"})
+    assert response.status_code == 504
+    assert response.json()["error"]["code"] == "upstream_timeout"
     assert not out.exists(), "nothing was recorded"
 
 

@@ -1,4 +1,5 @@
-"""The same store tests on SQLite (a file under tmp_path) and on a real PostgreSQL server.
+"""The same store tests on SQLite (a file under tmp_path) and on a real PostgreSQL server;
+the contract tests (``any_backend``, ``response_store``) also on the tests' in-memory store.
 
 PostgreSQL: ``RESPGATE_TEST_POSTGRES_URL`` (default
 ``postgresql+asyncpg://postgres@127.0.0.1:5432/test``). The session creates a scratch schema
@@ -22,9 +23,11 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.ports import ResponseStore
 from app.store.engine import create_engine_for, create_schema
 from app.store.sql import SqlResponseStore
 from app.store.tables import metadata
+from tests.fakes import MemoryResponseStore
 from tests.postgres import POSTGRES_URL, admin_execute, skip_unusable
 
 
@@ -85,13 +88,15 @@ class Backend:
         return store
 
 
-@pytest.fixture(params=["sqlite", "sqlite_no_inline", "postgres"])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+@contextlib.asynccontextmanager
+async def sql_backend(
+    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Backend]:
     """``sqlite``: reads inline (the default); ``sqlite_no_inline``: every read through
-    aiosqlite, as when the database is busy or a read is big."""
-    if request.param.startswith("sqlite"):
+    aiosqlite, as when the database is busy or a read is big; ``postgres``."""
+    if kind.startswith("sqlite"):
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
-        inline = request.param == "sqlite"
+        inline = kind == "sqlite"
         backend = Backend("sqlite", lambda: create_engine_for(url), [], inline)
         setup = backend.make_engine()
         await create_schema(setup)
@@ -111,6 +116,46 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
             await store.aclose()
 
 
+SQL_BACKENDS = ["sqlite", "sqlite_no_inline", "postgres"]
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The SQL store's own tests: each on every SQL backend (see ``sql_backend``)."""
+    async with sql_backend(request.param, request, tmp_path) as backend:
+        yield backend
+
+
 @pytest.fixture
 def store(backend: Backend) -> SqlResponseStore:
     return backend.new_store()
+
+
+class MemoryBackend:
+    """The tests' in-memory ``ResponseStore`` (tests/fakes.py) as a backend: its data lives in
+    the one store object, so every ``new_store()`` is that object."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._store = MemoryResponseStore()
+
+    def new_store(self) -> ResponseStore:
+        return self._store
+
+
+@pytest.fixture(params=["memory", *SQL_BACKENDS])
+async def any_backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Backend | MemoryBackend]:
+    """The contract tests (test_store_contract_*.py): every ``ResponseStore`` implementation."""
+    if request.param == "memory":
+        yield MemoryBackend()
+        return
+    async with sql_backend(request.param, request, tmp_path) as backend:
+        yield backend
+
+
+@pytest.fixture
+def response_store(any_backend: Backend | MemoryBackend) -> ResponseStore:
+    return any_backend.new_store()

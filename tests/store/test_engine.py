@@ -134,13 +134,13 @@ async def test_aclose_disposes_the_engine(backend: Backend) -> None:
     store = backend.new_store()
     await store.save_response(turn("x"))
     await store.aclose()
-    assert store._engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+    assert store.db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
 
 async def test_sqlite_in_memory(tmp_path: Path) -> None:
     store = SqlResponseStore(create_engine_for("sqlite+aiosqlite://"))
     try:
-        await create_schema(store._engine)
+        await create_schema(store.db.engine)
         new = turn("x")
         await store.save_response(new)
         assert await store.load_items(new.input_item_ids) == new.new_items[:1]

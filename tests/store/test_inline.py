@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.store import sql as sql_module
+from app.store import sql_database
 from app.store.engine import create_engine_for, create_schema, default_database_url
 from app.store.inline import InlineSqliteReader, inline_database_path
 from app.store.sql import SqlResponseStore
@@ -47,7 +47,7 @@ def test_inline_database_path() -> None:
 async def test_reads_are_inline(sqlite_store: SqlResponseStore) -> None:
     new = turn("x")
     await sqlite_store.save_response(new)
-    reader = sqlite_store._inline
+    reader = sqlite_store.db.inline
     assert reader is not None
     calls: list[str] = []
     original = reader.fetch
@@ -68,7 +68,7 @@ async def test_busy_database_falls_back_to_aiosqlite(
 ) -> None:
     new = turn("x", conversation_id=(await sqlite_store.create_conversation({}, [])).id)
     await sqlite_store.save_response(new)
-    reader = sqlite_store._inline
+    reader = sqlite_store.db.inline
     assert reader is not None
     monkeypatch.setattr(reader, "_connection", lambda: Busy())
     Busy.calls = 0
@@ -83,10 +83,10 @@ async def test_busy_database_falls_back_to_aiosqlite(
 async def test_big_loads_leave_the_loop(
     sqlite_store: SqlResponseStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(sql_module, "INLINE_READ_MAX_IDS", 2)
+    monkeypatch.setattr(sql_database, "INLINE_READ_MAX_IDS", 2)
     items = [message(str(i)) for i in range(3)]
     await sqlite_store.save_response(turn(inputs=items[:2], outputs=items[2:]))
-    reader = sqlite_store._inline
+    reader = sqlite_store.db.inline
     assert reader is not None
     monkeypatch.setattr(reader, "_connection", lambda: Busy())
     Busy.calls = 0
@@ -114,8 +114,8 @@ async def test_inline_connection_is_read_only(tmp_path: Path) -> None:
 async def test_inline_reads_can_be_switched_off(tmp_path: Path) -> None:
     store = SqlResponseStore(create_engine_for(default_database_url(tmp_path)), inline_reads=False)
     try:
-        assert store._inline is None
-        await create_schema(store._engine)
+        assert store.db.inline is None
+        await create_schema(store.db.engine)
         new = turn("x")
         await store.save_response(new)
         assert await store.load_items(new.input_item_ids) == new.new_items[:1]
