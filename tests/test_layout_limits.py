@@ -28,7 +28,7 @@ MAX_PARAMETERS = 6
 
 # (path, kind, name): kind "module" (name ""), "class" (its qualified name) or "parameters"
 # (the function's qualified name).
-# Removed by the i13-typed / i13-upstream branches.
+# removed by the i13-typed / i13-upstream branches
 KNOWN_OFFENDERS: frozenset[tuple[str, str, str]] = frozenset(
     {
         ("app/core/accumulator.py", "module", ""),
