@@ -242,6 +242,15 @@ def _quiet_transformers() -> None:
 # ----------------------------------------------------------------------------- upstream
 
 
+@dataclass(frozen=True, slots=True)
+class EmbedderTimeouts:
+    """An ``UpstreamEmbedder``'s HTTP timeouts in seconds: to connect, and per socket read
+    (no total: a large batch may take long, as long as bytes keep coming)."""
+
+    connect: float = 10.0
+    read: float = 120.0
+
+
 class UpstreamEmbedder:
     """``POST {base_url}/v1/embeddings`` with ``{"model", "input": [...]}``.
 
@@ -259,9 +268,9 @@ class UpstreamEmbedder:
         api_key: str | None = None,
         batch_size: int = 64,
         max_concurrency: int = 4,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 120.0,
+        timeouts: EmbedderTimeouts | None = None,
     ) -> None:
+        timeouts = timeouts or EmbedderTimeouts()
         base = base_url.rstrip("/")
         if base.endswith("/v1"):
             base = base[: -len("/v1")]
@@ -273,7 +282,7 @@ class UpstreamEmbedder:
         self._api_key = api_key
         self._max_concurrency = max_concurrency
         self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout, sock_read=read_timeout
+            total=None, connect=timeouts.connect, sock_read=timeouts.read
         )
         self._session: aiohttp.ClientSession | None = None
 
@@ -429,8 +438,7 @@ def choose_embedder(options: EmbedderOptions) -> Embedder:
         model=model,
         api_key=options.api_key,
         batch_size=options.batch_size,
-        connect_timeout=options.connect_timeout,
-        read_timeout=options.read_timeout,
+        timeouts=EmbedderTimeouts(connect=options.connect_timeout, read=options.read_timeout),
     )
 
 

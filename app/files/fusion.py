@@ -171,32 +171,9 @@ async def hybrid_search(
     return fuse_hits(rankings, limit=limit)
 
 
-async def ranked_search(
-    index: RankedSearch,
-    vector_store_id: str,
-    *,
-    embedding: list[float] | None,
-    query: str,
-    limit: int,
-    ranker: str,
-    file_ids: list[str] | None,
-) -> list[SearchHit]:
-    """``VectorIndex.search`` for an index that offers both rankings: the one ``ranker``
-    names, or both fused (``hybrid``)."""
-    check_ranker(ranker, embedding)
-    if limit <= 0:
-        return []
-    if ranker == "semantic":
-        assert embedding is not None
-        return await index.semantic(vector_store_id, embedding, limit, file_ids)
-    if ranker == "keyword":
-        return await index.keyword(vector_store_id, query, limit, file_ids)
-    return await hybrid_search(index, vector_store_id, embedding, query, limit, file_ids)
-
-
 class RankedIndex(ABC):
     """Base of an index offering both rankings (``semantic`` and ``keyword``): its
-    ``VectorIndex.search`` is ``ranked_search`` over them."""
+    ``VectorIndex.search`` is the one ``ranker`` names, or both fused (``hybrid``)."""
 
     async def aclose(self) -> None:  # noqa: B027 (a no-op by default, not abstract)
         """Release the index's own connections; nothing by default (the engine is the
@@ -226,15 +203,16 @@ class RankedIndex(ABC):
         ranker: str,
         file_ids: list[str] | None = None,
     ) -> list[SearchHit]:
-        return await ranked_search(
-            self,
-            vector_store_id,
-            embedding=embedding,
-            query=query,
-            limit=limit,
-            ranker=ranker,
-            file_ids=file_ids,
-        )
+        """The ranking ``ranker`` names, or both fused (``hybrid``)."""
+        check_ranker(ranker, embedding)
+        if limit <= 0:
+            return []
+        if ranker == "semantic":
+            assert embedding is not None
+            return await self.semantic(vector_store_id, embedding, limit, file_ids)
+        if ranker == "keyword":
+            return await self.keyword(vector_store_id, query, limit, file_ids)
+        return await hybrid_search(self, vector_store_id, embedding, query, limit, file_ids)
 
 
 def query_terms(query: str, *, max_terms: int = MAX_QUERY_TERMS) -> list[str]:

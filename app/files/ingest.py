@@ -62,17 +62,25 @@ def chunk_sizes(strategy: JsonObject) -> tuple[int, int]:
     return int(max_tokens), int(overlap)
 
 
+@dataclass(frozen=True, slots=True)
+class Indexing:
+    """Where a file's chunks go: embedded by ``embedder``, ``batch_size`` chunks per call,
+    then written to ``index``."""
+
+    index: VectorIndex
+    embedder: Embedder
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+
 async def ingest_file(
     vector_store_id: str,
     file: StoredFile,
     data: bytes,
     chunking_strategy: JsonObject,
-    *,
-    index: VectorIndex,
-    embedder: Embedder,
-    batch_size: int = DEFAULT_BATCH_SIZE,
+    indexing: Indexing,
 ) -> IngestOutcome:
     """Index one file of one store (its chunks replace any the store had for it)."""
+    index, embedder, batch_size = indexing.index, indexing.embedder, indexing.batch_size
     content_type = mimetypes.guess_type(file.filename)[0]
     try:
         # Extraction (PDF, DOCX) and tokenizing are CPU-bound: off the event loop.
@@ -141,11 +149,9 @@ class IngestQueue:
         options = options or IngestOptions()
         self._files = files
         self._blobs = blobs
-        self._index = index
-        self._embedder = embedder
+        self._indexing = Indexing(index, embedder, options.batch_size)
         self._finish = finish
         self._slots = asyncio.Semaphore(options.concurrency)
-        self._batch_size = options.batch_size
         self._tasks: dict[Key, asyncio.Task[None]] = {}
         self._closed = False
 
@@ -221,12 +227,4 @@ class IngestQueue:
             "ingesting file",
             extra={"vector_store_id": vector_store_id, "file_id": file_id, "bytes": len(data)},
         )
-        return await ingest_file(
-            vector_store_id,
-            file,
-            data,
-            chunking,
-            index=self._index,
-            embedder=self._embedder,
-            batch_size=self._batch_size,
-        )
+        return await ingest_file(vector_store_id, file, data, chunking, self._indexing)

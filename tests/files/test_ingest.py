@@ -18,6 +18,7 @@ from app.files.attach import FileEntry
 from app.files.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
 from app.files.files import FilesService
 from app.files.ingest import (
+    Indexing,
     IngestOptions,
     IngestOutcome,
     IngestQueue,
@@ -66,9 +67,7 @@ async def test_ingest_file_indexes_every_chunk_in_batches() -> None:
         stored("file-1", "notes.txt", data),
         data,
         SMALL,
-        index=index,
-        embedder=embedder,
-        batch_size=3,
+        Indexing(index, embedder, batch_size=3),
     )
     chunks = index.chunks[("vs_1", "file-1")]
     assert outcome.status == "completed"
@@ -88,7 +87,7 @@ async def test_the_strategy_sets_the_chunk_size() -> None:
     for strategy in (AUTO, SMALL):
         index = MemoryVectorIndex()
         outcome = await ingest_file(
-            "vs", stored("f", "a.md", data), data, strategy, index=index, embedder=FakeEmbedder()
+            "vs", stored("f", "a.md", data), data, strategy, Indexing(index, FakeEmbedder())
         )
         counts.append(outcome.chunks)
     assert counts[0] < counts[1]
@@ -110,7 +109,7 @@ async def test_unreadable_files_fail_with_openai_codes(
 ) -> None:
     index = MemoryVectorIndex()
     outcome = await ingest_file(
-        "vs", stored("f", filename, data), data, AUTO, index=index, embedder=FakeEmbedder()
+        "vs", stored("f", filename, data), data, AUTO, Indexing(index, FakeEmbedder())
     )
     assert outcome.status == "failed"
     assert outcome.last_error is not None
@@ -123,7 +122,7 @@ async def test_docx_is_extracted() -> None:
     data = _docx("The quarterly report mentions pelicans.")
     index = MemoryVectorIndex()
     outcome = await ingest_file(
-        "vs", stored("f", "report.docx", data), data, AUTO, index=index, embedder=FakeEmbedder()
+        "vs", stored("f", "report.docx", data), data, AUTO, Indexing(index, FakeEmbedder())
     )
     assert outcome.status == "completed", outcome
     assert "pelicans" in index.chunks[("vs", "f")][0].text
@@ -133,7 +132,7 @@ async def test_an_unavailable_embedder_is_a_server_error_with_its_reason() -> No
     data = b"hello world"
     embedder = UnavailableEmbedder("No embedding model is available: install one.")
     outcome = await ingest_file(
-        "vs", stored("f", "a.txt", data), data, AUTO, index=MemoryVectorIndex(), embedder=embedder
+        "vs", stored("f", "a.txt", data), data, AUTO, Indexing(MemoryVectorIndex(), embedder)
     )
     assert outcome == IngestOutcome(
         status="failed",
@@ -144,7 +143,7 @@ async def test_an_unavailable_embedder_is_a_server_error_with_its_reason() -> No
     )
     crashing = FakeEmbedder(fail=ConnectionError("embedding server refused the connection"))
     outcome = await ingest_file(
-        "vs", stored("f", "a.txt", data), data, AUTO, index=MemoryVectorIndex(), embedder=crashing
+        "vs", stored("f", "a.txt", data), data, AUTO, Indexing(MemoryVectorIndex(), crashing)
     )
     assert outcome.last_error == {
         "code": "server_error",
