@@ -8,9 +8,9 @@
    frozen dataclass).
 
 A failure lists every offender as ``path:line  what  figure > limit``: split the module or the
-class by concept, or group the parameters. ``KNOWN_OFFENDERS`` lists what issue 13 has not
-removed yet; an entry that no longer offends fails too (as import-linter's stale ignores do), so
-delete it when the fix lands.
+class by concept, or group the parameters. ``KNOWN_OFFENDERS`` is the place
+for an exception the team agrees to (empty since issue 13); an entry that no longer offends
+fails too (as import-linter's stale ignores do), so delete it when the fix lands.
 """
 
 from __future__ import annotations
@@ -28,19 +28,7 @@ MAX_PARAMETERS = 6
 
 # (path, kind, name): kind "module" (name ""), "class" (its qualified name) or "parameters"
 # (the function's qualified name).
-# removed by the i13-typed / i13-upstream branches
-KNOWN_OFFENDERS: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        ("app/core/accumulator.py", "module", ""),
-        ("app/core/accumulator.py", "class", "ResponseAccumulator"),
-        ("app/core/loop.py", "module", ""),
-        ("app/core/loop.py", "parameters", "ToolLoop.__init__"),
-        ("app/core/response.py", "parameters", "build_response"),
-        ("app/store/sql.py", "module", ""),
-        ("app/store/sql.py", "class", "SqlResponseStore"),
-        ("app/upstream/chat_items.py", "parameters", "response_object"),
-    }
-)
+KNOWN_OFFENDERS: frozenset[tuple[str, str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
