@@ -221,7 +221,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
 
 
 def package_of(filename: str) -> str:
-    """A profiled function's package: ``app/tools/mcp_client``, ``mcp``, ``httpx2``, ``asyncio``."""
+    """A profiled function's package: ``app/tools/mcp``, ``mcp``, ``httpx2``, ``asyncio``."""
     root = str(app_root())
     if "site-packages/" in filename:
         return filename.split("site-packages/", 1)[1].split("/")[0].removesuffix(".py")
