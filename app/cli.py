@@ -80,6 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         wait_for_upstream=args.wait_for_upstream,
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
+        access_log=args.access_log,
     )
     check_environment(settings)
     _configure_logging(settings.log_level)
@@ -111,7 +112,7 @@ def _run_gateway(settings: Settings, sock: socket.socket) -> int:
     from app.main import create_app
     from app.serving import make_server, run_servers
 
-    server = make_server(create_app(settings), settings.log_level)
+    server = make_server(create_app(settings), settings.log_level, access_log=settings.access_log)
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
     started = run_servers(
         [(server, sock)],
@@ -248,6 +249,12 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     serve.add_argument("--max-body-bytes", type=int, help="request body limit (default 10 MiB)")
     serve.add_argument("--log-level", help="debug, info, warning, error (default info)")
+    serve.add_argument(
+        "--access-log",
+        action="store_true",
+        default=None,
+        help="log one line per request (refused and failed requests are logged either way)",
+    )
     serve.set_defaults(func=_serve)
 
 

@@ -24,9 +24,15 @@ class CallerSignalsServer(uvicorn.Server):
         yield
 
 
-def make_server(app: Any, log_level: str, **options: Any) -> uvicorn.Server:
+def make_server(
+    app: Any, log_level: str, *, access_log: bool = False, **options: Any
+) -> uvicorn.Server:
     config = uvicorn.Config(
-        app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10, **options
+        app,
+        log_level=log_level.lower(),
+        access_log=access_log,
+        timeout_graceful_shutdown=10,
+        **options,
     )
     return CallerSignalsServer(config)
 

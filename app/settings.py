@@ -177,6 +177,9 @@ class Settings(BaseSettings):
     port: int = 9000
     data_dir: Path = Path("./data")
     log_level: str = "info"
+    # One line per request (uvicorn's access log: client, method, path, status) besides the one
+    # line every refused or failed request leaves anyway.
+    access_log: bool = False
 
     # Default: None, meaning the SQLite file respgate.db in data_dir (see resolved_database_url).
     database_url: str | None = None

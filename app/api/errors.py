@@ -1,4 +1,9 @@
-"""Every error leaves the gateway in OpenAI's envelope ``{"error": {...}}``."""
+"""Every error leaves the gateway in OpenAI's envelope ``{"error": {...}}``, and one log line.
+
+Each refused or failed request is logged once, on ``app.api.errors``: method, path, status,
+the error's type, code and param, and its message (INFO for a 4xx, WARNING for a 5xx), so an
+operator sees why a client failed without the client's help. A request body is never logged.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,28 @@ from app.errors import GatewayError, InvalidRequestError, MethodNotAllowedError,
 logger = logging.getLogger(__name__)
 
 
+def log_refusal(request: Request, status: int, error: GatewayError, *, loud: bool = True) -> None:
+    """The one line a refused (4xx) or failed (5xx) request leaves in the log."""
+    level = logging.WARNING if status >= 500 and loud else logging.INFO
+    if not logger.isEnabledFor(level):
+        return
+    logger.log(
+        level,
+        "%s %s -> %d %s code=%s param=%s: %s",
+        request.method,
+        request.url.path,
+        status,
+        error.type,
+        error.code,
+        error.param,
+        error.message[:500],
+    )
+
+
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
-    if exc.status_code >= 500 and exc.log_each:
-        logger.warning("%s %s -> %s: %s", request.method, request.url.path, exc.status_code, exc)
+    # ``log_each`` False: the adapter logged the details once; each request still leaves a line.
+    log_refusal(request, exc.status_code, exc, loud=exc.log_each)
     return JSONResponse(exc.to_envelope(), status_code=exc.status_code)
 
 
@@ -33,6 +56,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         error = MethodNotAllowedError(f"Method {request.method} is not allowed on this path")
     else:
         error = GatewayError(str(exc.detail), status_code=exc.status_code)
+    log_refusal(request, error.status_code, error)
     return JSONResponse(error.to_envelope(), status_code=error.status_code, headers=exc.headers)
 
 
@@ -41,6 +65,7 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": "invalid request"}
     param = format_loc(tuple(part for part in first["loc"] if part not in ("body", "query")))
     error = InvalidRequestError(f"Invalid value for '{param}': {first['msg']}.", param=param)
+    log_refusal(request, 400, error)
     return JSONResponse(error.to_envelope(), status_code=400)
 
 

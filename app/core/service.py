@@ -279,6 +279,7 @@ class ResponsesService:
                         "code": "upstream_error",
                         "message": "the upstream reported a failed response",
                     }
+                    _log_stream_failure(response_id, failure)
                 else:
                     status = state.status or "completed"
                     final = snapshot(
@@ -290,6 +291,7 @@ class ResponsesService:
                     await self._persist(request, history, final)
             except GatewayError as exc:
                 failure = {"code": exc.code or exc.type, "message": exc.message}
+                _log_stream_failure(response_id, failure)
             except Exception as exc:  # a bug must not cut the stream silently
                 logger.exception("stream failed", extra={"response_id": response_id})
                 failure = {"code": "server_error", "message": f"internal error: {exc!r}"}
@@ -366,3 +368,14 @@ class ResponsesService:
 
 def _response_not_found(response_id: str) -> NotFoundError:
     return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
+
+
+def _log_stream_failure(response_id: str, failure: JsonObject) -> None:
+    """The one line a stream that fails after its HTTP 200 leaves (its client sees ``error`` and
+    ``response.failed``; a refusal before the stream starts is logged by the front end)."""
+    logger.warning(
+        "response %s failed mid-stream: code=%s: %s",
+        response_id,
+        failure.get("code"),
+        str(failure.get("message"))[:500],
+    )

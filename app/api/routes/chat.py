@@ -3,6 +3,8 @@ gateway URL serves both APIs. The answer (JSON, SSE or an error) streams back as
 
 from __future__ import annotations
 
+import logging
+
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -13,6 +15,8 @@ from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
 from app.errors import NotFoundError
+
+logger = logging.getLogger(__name__)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -32,6 +36,15 @@ async def chat_completions(request: Request) -> Response:
             content = b"".join([chunk async for chunk in reply.chunks])
         finally:
             await reply.close()
+        if reply.status_code >= 400:
+            # The upstream's own refusal, passed through: one line, as for the gateway's own.
+            logger.info(
+                "%s %s -> %d (the upstream's answer, passed through): %s",
+                request.method,
+                request.url.path,
+                reply.status_code,
+                content[:300].decode("utf-8", "replace"),
+            )
         return Response(content, status_code=reply.status_code, headers=headers)
     headers["cache-control"] = "no-cache"
     headers["x-accel-buffering"] = "no"
