@@ -5,11 +5,14 @@ open and which of its parts (and reasoning summaries) were opened and closed. It
 upstream event to the item it means (by item id first, then by ``output_index``), opens and
 closes items and parts, and builds the events that say so, addressed by the item's position in
 the snapshot (``output_offset`` + index) and its gateway id. ``core.item_events`` drives it
-from the upstream's events; ``core.accumulator`` ties both together.
+from the upstream's events (checked by ``protocol.events.checked_event``: an event's address
+fields have their types); ``core.accumulator`` ties both together. Items and parts are guarded
+field by field: an upstream's item objects and final output are not checked on entry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.ids import new_id
@@ -25,6 +28,7 @@ from app.protocol.events import (
     PartAddress,
     StreamEvent,
     SummaryAddress,
+    UpstreamEvent,
 )
 from app.protocol.items import ITEM_ID_PREFIXES, fill_item
 from app.protocol.json_types import JsonObject
@@ -218,18 +222,18 @@ class OutputItems:
     # ------------------------------------------------------------------ parts
 
     def part_for(
-        self, slot: ItemSlot, event: JsonObject, kind: str
+        self, slot: ItemSlot, event: UpstreamEvent, kind: str
     ) -> tuple[int, list[StreamEvent]]:
         """Position of the part a content event addresses; opens the part when it is new."""
         upstream_ci = event.get("content_index")
-        key = upstream_ci if isinstance(upstream_ci, int) else 0
+        key = 0 if upstream_ci is None else upstream_ci
         position = slot.parts.get(key)
         content = self.output[slot.index].setdefault("content", [])
         if not isinstance(content, list):
             content = self.output[slot.index]["content"] = []
         if position is not None and position not in slot.part_done:
             return position, []
-        if position is None and not isinstance(upstream_ci, int):
+        if position is None and upstream_ci is None:
             # No index given: the last open part of the right type.
             for position in sorted(set(slot.parts.values()) - slot.part_done, reverse=True):
                 if content[position].get("type") == kind:
@@ -246,10 +250,10 @@ class OutputItems:
         return position, [added]
 
     def summary_for(
-        self, slot: ItemSlot, event: JsonObject, *, emit_added: bool
+        self, slot: ItemSlot, event: UpstreamEvent, *, emit_added: bool
     ) -> tuple[int, list[StreamEvent]]:
         upstream_si = event.get("summary_index")
-        key = upstream_si if isinstance(upstream_si, int) else 0
+        key = 0 if upstream_si is None else upstream_si
         summary = self.output[slot.index].get("summary")
         if not isinstance(summary, list):
             summary = self.output[slot.index]["summary"] = []
@@ -282,7 +286,7 @@ class OutputItems:
             return None
         return self._slots[index]
 
-    def slot_for(self, event: JsonObject, kind: str) -> tuple[ItemSlot, list[StreamEvent]]:
+    def slot_for(self, event: UpstreamEvent, kind: str) -> tuple[ItemSlot, list[StreamEvent]]:
         """The open item of type ``kind`` an event addresses; opened when it is missing.
 
         A delta that names a closed item, or an item of another type (gpt-oss reuses the
@@ -328,7 +332,7 @@ class OutputItems:
         return out
 
 
-def make_skeleton(kind: str, source: JsonObject) -> JsonObject:
+def make_skeleton(kind: str, source: Mapping[str, Any]) -> JsonObject:
     """An empty, in-progress item of ``kind`` (fields taken from ``source`` where it has them)."""
     item_id = source.get("item_id") or source.get("id")
     item: JsonObject = {"id": item_id if isinstance(item_id, str) else "", "type": kind}
@@ -347,7 +351,7 @@ def make_skeleton(kind: str, source: JsonObject) -> JsonObject:
     else:
         # Another known type (a tool kind's: ``mcp_list_tools`` …) has no events of its
         # own to fill it: it opens with the fields it has, so that it validates as its type.
-        item = {**clone(source), "id": item["id"], "type": kind}
+        item = {**clone(dict(source)), "id": item["id"], "type": kind}
         if "status" in source or kind.endswith("_call"):
             item["status"] = "in_progress"
     return item
