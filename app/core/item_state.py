@@ -69,7 +69,7 @@ class OutputItems:
     # ------------------------------------------------------------------ items
 
     def open_item(
-        self, item: JsonObject, upstream_index: Any, upstream_id: Any
+        self, item: JsonObject, upstream_index: int | None, upstream_id: Any
     ) -> tuple[ItemSlot, list[StreamEvent]]:
         kind = item.get("type")
         prefix = ITEM_ID_PREFIXES.get(kind) if isinstance(kind, str) else None
@@ -86,7 +86,7 @@ class OutputItems:
         item_id = item.get("id")
         if isinstance(item_id, str) and item_id:
             self._by_item_id[item_id] = slot.index
-        if isinstance(upstream_index, int):
+        if upstream_index is not None:
             self._by_upstream_index[upstream_index] = slot.index
         added: OutputItemAddedEvent = {
             "type": ev.OUTPUT_ITEM_ADDED,
@@ -150,7 +150,7 @@ class OutputItems:
         return events
 
     def emit_whole_item(
-        self, item: JsonObject, upstream_index: Any, status: str
+        self, item: JsonObject, upstream_index: int | None, status: str
     ) -> list[StreamEvent]:
         """Open, replay and close an item the stream never opened."""
         kind = item.get("type")
@@ -275,10 +275,13 @@ class OutputItems:
 
     # ------------------------------------------------------------------ resolution
 
-    def find(self, item_id: Any, upstream_index: Any, kind: Any) -> ItemSlot | None:
-        """The slot an upstream event refers to, by item id first, then by output_index."""
+    def find(self, item_id: Any, upstream_index: int | None, kind: Any) -> ItemSlot | None:
+        """The slot an upstream event refers to, by item id first, then by output_index.
+
+        ``item_id`` may be an upstream item's own ``id``, which no check has seen.
+        """
         index = self._by_item_id.get(item_id) if isinstance(item_id, str) and item_id else None
-        if index is None and isinstance(upstream_index, int):
+        if index is None and upstream_index is not None:
             index = self._by_upstream_index.get(upstream_index)
         if index is None:
             return None
@@ -320,14 +323,18 @@ class OutputItems:
         }
 
     def passthrough(self, event: JsonObject) -> JsonObject:
-        """An event of a type the gateway does not know, rebased onto the item it names."""
+        """An event of a type the gateway does not know (not checked: its fields are guarded
+        here), rebased onto the item it names."""
         out = dict(event)
         out.pop("sequence_number", None)
-        slot = self.find(event.get("item_id"), event.get("output_index"), None)
+        item_id = event.get("item_id")
+        upstream_index = event.get("output_index")
+        upstream_index = upstream_index if isinstance(upstream_index, int) else None
+        slot = self.find(item_id, upstream_index, None)
         if slot is not None:
-            if isinstance(event.get("output_index"), int):
+            if upstream_index is not None:
                 out["output_index"] = self.output_offset + slot.index
-            if isinstance(event.get("item_id"), str):
+            if isinstance(item_id, str):
                 out["item_id"] = self.output[slot.index].get("id")
         return out
 
