@@ -203,7 +203,7 @@ StreamEvent = KnownEvent | JsonObject
 
 
 # Narrowing by ``type``: the tag names the shape (as in a discriminated union). The events the
-# kernel builds always have their type's fields; an upstream's raw events are not checked here.
+# kernel builds always have their type's fields; an upstream's events are checked below instead.
 
 
 def is_item_added(event: StreamEvent) -> TypeGuard[OutputItemAddedEvent]:
