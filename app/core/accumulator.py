@@ -26,7 +26,7 @@ from app.core.item_events import Handler, ItemEvents
 from app.core.item_state import OutputItems
 from app.core.response import normalize_usage
 from app.protocol import events as ev
-from app.protocol.events import StreamEvent
+from app.protocol.events import StreamEvent, UpstreamEvent
 from app.protocol.json_types import JsonObject
 
 _TERMINAL_STATUS = {
@@ -78,7 +78,8 @@ class ResponseAccumulator:
         handler = self._handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             return [self._items.passthrough(event)]
-        return handler(event)
+        checked = ev.checked_event(event)
+        return [] if checked is None else handler(checked)
 
     def finish(self, status: str = "completed") -> list[StreamEvent]:
         """Close every item still open (the stream ended); returns the closing events."""
@@ -86,18 +87,15 @@ class ResponseAccumulator:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def _on_lifecycle(self, event: JsonObject) -> list[StreamEvent]:
-        response = event.get("response")
-        if isinstance(response, dict):
-            self.upstream_response = response
+    def _on_lifecycle(self, event: UpstreamEvent) -> list[StreamEvent]:
+        self.upstream_response = event["response"]  # checked_event drops it without one
         return []
 
-    def _on_terminal(self, event: JsonObject) -> list[StreamEvent]:
-        response = event.get("response")
-        response = response if isinstance(response, dict) else {}
+    def _on_terminal(self, event: UpstreamEvent) -> list[StreamEvent]:
+        # The final Response object: its fields are the upstream's, checked one by one here.
+        response = event.get("response", {})
         self.upstream_response = {**self.upstream_response, **response}
-        kind = event.get("type", "")
-        status = _TERMINAL_STATUS.get(kind) or str(response.get("status") or "completed")
+        status = _TERMINAL_STATUS.get(event["type"]) or str(response.get("status") or "completed")
         if status not in ("completed", "incomplete", "failed", "cancelled"):
             status = "completed"
         self.status = status
@@ -112,11 +110,11 @@ class ResponseAccumulator:
         self.finished = True
         return events
 
-    def _on_stream_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_stream_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         """``data: [DONE]`` with no terminal event before it: the upstream finished normally."""
         return self._on_terminal({"type": ev.RESPONSE_COMPLETED, "response": {}})
 
-    def _on_error(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_error(self, event: UpstreamEvent) -> list[StreamEvent]:
         self.status = "failed"
         self.error = {
             "code": str(event.get("code") or "upstream_error"),

@@ -4,7 +4,8 @@
 ``content_part.*`` and vLLM's ``reasoning_part.*``, text, refusal and reasoning deltas,
 annotations, function-call arguments, reasoning summaries). Each updates the items and returns
 the client's events for it, repaired: a missing item or part is opened first, and indexes are
-the snapshot's positions.
+the snapshot's positions. The events come checked (``protocol.events.checked_event``): the
+fields read here have their types, so only the item and part objects' own fields are guarded.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from app.core.item_state import OutputItems
 from app.core.jsoncopy import clone
 from app.core.response import normalize_part
 from app.protocol import events as ev
-from app.protocol.events import StreamEvent
+from app.protocol.events import StreamEvent, UpstreamEvent
 from app.protocol.items import ITEM_ID_PREFIXES
 from app.protocol.json_types import JsonObject
 
-Handler = Callable[[JsonObject], list[StreamEvent]]
+Handler = Callable[[UpstreamEvent], list[StreamEvent]]
 
 # Which part types belong to which item type, and the item type a part-less delta implies.
 _PART_OWNER = {"output_text": "message", "refusal": "message", "reasoning_text": "reasoning"}
@@ -57,11 +58,9 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ items
 
-    def _on_item_added(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_item_added(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
-        item = event.get("item")
-        if not isinstance(item, dict):
-            return []
+        item = event["item"]  # checked_event drops the event without one
         existing = items.find(item.get("id"), event.get("output_index"), item.get("type"))
         if existing is not None and existing.open:
             return []  # a repeated ``added`` for an item already open
@@ -76,12 +75,9 @@ class ItemEvents:
                 slot.parts[position] = position
         return events
 
-    def _on_item_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_item_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
-        item = event.get("item")
-        if not isinstance(item, dict):
-            return []
-        item = clone(item)
+        item = clone(event["item"])  # checked_event drops the event without one
         slot = items.find(item.get("id"), event.get("output_index"), item.get("type"))
         if slot is None:
             # Only ``done`` arrived: open it, replay its content, close it.
@@ -92,15 +88,14 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ content parts
 
-    def _on_part_added(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_part_added(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
-        part = event.get("part")
-        part = clone(part) if isinstance(part, dict) else {"type": "output_text"}
+        part = clone(event["part"]) if "part" in event else {"type": "output_text"}
         kind = part.get("type")
         owner = _PART_OWNER.get(kind if isinstance(kind, str) else "", "message")
         slot, events = items.slot_for(event, owner)
         upstream_ci = event.get("content_index")
-        key = upstream_ci if isinstance(upstream_ci, int) else len(slot.parts)
+        key = len(slot.parts) if upstream_ci is None else upstream_ci
         if key in slot.parts and slot.parts[key] not in slot.part_done:
             return events  # repeated ``added``
         content = items.output[slot.index].setdefault("content", [])
@@ -117,10 +112,9 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_part_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_part_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
-        part = event.get("part")
-        part = clone(part) if isinstance(part, dict) else {}
+        part = clone(event["part"]) if "part" in event else {}
         kind = part.get("type") or "output_text"
         owner = _PART_OWNER.get(kind, "message")
         slot, events = items.slot_for(event, owner)
@@ -142,16 +136,15 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_text_delta(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_text_delta(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
-        kind = _delta_part_type(event.get("type", ""))
+        kind = _delta_part_type(event["type"])
         slot, events = items.slot_for(event, _PART_OWNER[kind])
         position, opened = items.part_for(slot, event, kind)
         events.extend(opened)
         field = "refusal" if kind == "refusal" else "text"
         part = items.output[slot.index]["content"][position]
-        delta = event.get("delta")
-        delta = delta if isinstance(delta, str) else ""
+        delta = event.get("delta", "")
         part[field] = (part.get(field) or "") + delta
         out = _copy_event(event, event["type"])
         out.update(items.part_address(slot, position))
@@ -161,16 +154,16 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_text_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_text_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
-        kind = _delta_part_type(event.get("type", ""))
+        kind = _delta_part_type(event["type"])
         slot, events = items.slot_for(event, _PART_OWNER[kind])
         position, opened = items.part_for(slot, event, kind)
         events.extend(opened)
         field = "refusal" if kind == "refusal" else "text"
         part = items.output[slot.index]["content"][position]
-        final = event.get(field)
-        if isinstance(final, str):
+        final = event.get("refusal") if kind == "refusal" else event.get("text")
+        if final is not None:
             part[field] = final
         out = _copy_event(event, event["type"])
         out.update(items.part_address(slot, position))
@@ -180,7 +173,7 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_annotation(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_annotation(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "message")
         position, opened = items.part_for(slot, event, "output_text")
@@ -197,12 +190,11 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ function calls
 
-    def _on_arguments_delta(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_arguments_delta(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "function_call")
         item = items.output[slot.index]
-        delta = event.get("delta")
-        delta = delta if isinstance(delta, str) else ""
+        delta = event.get("delta", "")
         item["arguments"] = (item.get("arguments") or "") + delta
         out = _copy_event(event, event["type"])
         out.update(items.item_address(slot))
@@ -210,13 +202,12 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_arguments_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_arguments_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "function_call")
         item = items.output[slot.index]
-        arguments = event.get("arguments")
-        if isinstance(arguments, str):
-            item["arguments"] = arguments
+        if "arguments" in event:
+            item["arguments"] = event["arguments"]
         name = event.get("name")
         if isinstance(name, str) and name and not item.get("name"):
             item["name"] = name
@@ -227,14 +218,13 @@ class ItemEvents:
 
     # ------------------------------------------------------------------ reasoning summaries
 
-    def _on_summary_part_added(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_summary_part_added(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=False)
-        part = event.get("part")
-        if isinstance(part, dict):
+        if "part" in event:
             summary = items.output[slot.index]["summary"]
-            summary[position] = {**summary[position], **clone(part)}
+            summary[position] = {**summary[position], **clone(event["part"])}
         out = _copy_event(event, event["type"])
         out.update(items.summary_address(slot, position))
         out["part"] = clone(items.output[slot.index]["summary"][position])
@@ -242,14 +232,13 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_summary_text_delta(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_summary_text_delta(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=True)
         events.extend(opened)
         part = items.output[slot.index]["summary"][position]
-        delta = event.get("delta")
-        delta = delta if isinstance(delta, str) else ""
+        delta = event.get("delta", "")
         part["text"] = (part.get("text") or "") + delta
         out = _copy_event(event, event["type"])
         out.update(items.summary_address(slot, position))
@@ -257,13 +246,13 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_summary_text_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_summary_text_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=True)
         events.extend(opened)
         part = items.output[slot.index]["summary"][position]
-        if isinstance(event.get("text"), str):
+        if "text" in event:
             part["text"] = event["text"]
         out = _copy_event(event, event["type"])
         out.update(items.summary_address(slot, position))
@@ -271,14 +260,14 @@ class ItemEvents:
         events.append(out)
         return events
 
-    def _on_summary_part_done(self, event: JsonObject) -> list[StreamEvent]:
+    def _on_summary_part_done(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
         slot, events = items.slot_for(event, "reasoning")
         position, opened = items.summary_for(slot, event, emit_added=True)
         events.extend(opened)
         summary = items.output[slot.index]["summary"]
         part = event.get("part")
-        if isinstance(part, dict):
+        if part is not None:
             text = summary[position].get("text", "")
             summary[position] = {**summary[position], **clone(part)}
             if not isinstance(part.get("text"), str):
@@ -291,8 +280,8 @@ class ItemEvents:
         return events
 
 
-def _copy_event(event: JsonObject, kind: str) -> JsonObject:
-    out = dict(event)
+def _copy_event(event: UpstreamEvent, kind: str) -> JsonObject:
+    out: JsonObject = dict(event)
     out.pop("sequence_number", None)
     out["type"] = kind
     return out

@@ -5,11 +5,14 @@ open and which of its parts (and reasoning summaries) were opened and closed. It
 upstream event to the item it means (by item id first, then by ``output_index``), opens and
 closes items and parts, and builds the events that say so, addressed by the item's position in
 the snapshot (``output_offset`` + index) and its gateway id. ``core.item_events`` drives it
-from the upstream's events; ``core.accumulator`` ties both together.
+from the upstream's events (checked by ``protocol.events.checked_event``: an event's address
+fields have their types); ``core.accumulator`` ties both together. Items and parts are guarded
+field by field: an upstream's item objects and final output are not checked on entry.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from app.core.ids import new_id
@@ -25,6 +28,7 @@ from app.protocol.events import (
     PartAddress,
     StreamEvent,
     SummaryAddress,
+    UpstreamEvent,
 )
 from app.protocol.items import ITEM_ID_PREFIXES, fill_item
 from app.protocol.json_types import JsonObject
@@ -65,7 +69,7 @@ class OutputItems:
     # ------------------------------------------------------------------ items
 
     def open_item(
-        self, item: JsonObject, upstream_index: Any, upstream_id: Any
+        self, item: JsonObject, upstream_index: int | None, upstream_id: Any
     ) -> tuple[ItemSlot, list[StreamEvent]]:
         kind = item.get("type")
         prefix = ITEM_ID_PREFIXES.get(kind) if isinstance(kind, str) else None
@@ -82,7 +86,7 @@ class OutputItems:
         item_id = item.get("id")
         if isinstance(item_id, str) and item_id:
             self._by_item_id[item_id] = slot.index
-        if isinstance(upstream_index, int):
+        if upstream_index is not None:
             self._by_upstream_index[upstream_index] = slot.index
         added: OutputItemAddedEvent = {
             "type": ev.OUTPUT_ITEM_ADDED,
@@ -146,7 +150,7 @@ class OutputItems:
         return events
 
     def emit_whole_item(
-        self, item: JsonObject, upstream_index: Any, status: str
+        self, item: JsonObject, upstream_index: int | None, status: str
     ) -> list[StreamEvent]:
         """Open, replay and close an item the stream never opened."""
         kind = item.get("type")
@@ -218,18 +222,18 @@ class OutputItems:
     # ------------------------------------------------------------------ parts
 
     def part_for(
-        self, slot: ItemSlot, event: JsonObject, kind: str
+        self, slot: ItemSlot, event: UpstreamEvent, kind: str
     ) -> tuple[int, list[StreamEvent]]:
         """Position of the part a content event addresses; opens the part when it is new."""
         upstream_ci = event.get("content_index")
-        key = upstream_ci if isinstance(upstream_ci, int) else 0
+        key = 0 if upstream_ci is None else upstream_ci
         position = slot.parts.get(key)
         content = self.output[slot.index].setdefault("content", [])
         if not isinstance(content, list):
             content = self.output[slot.index]["content"] = []
         if position is not None and position not in slot.part_done:
             return position, []
-        if position is None and not isinstance(upstream_ci, int):
+        if position is None and upstream_ci is None:
             # No index given: the last open part of the right type.
             for position in sorted(set(slot.parts.values()) - slot.part_done, reverse=True):
                 if content[position].get("type") == kind:
@@ -246,10 +250,10 @@ class OutputItems:
         return position, [added]
 
     def summary_for(
-        self, slot: ItemSlot, event: JsonObject, *, emit_added: bool
+        self, slot: ItemSlot, event: UpstreamEvent, *, emit_added: bool
     ) -> tuple[int, list[StreamEvent]]:
         upstream_si = event.get("summary_index")
-        key = upstream_si if isinstance(upstream_si, int) else 0
+        key = 0 if upstream_si is None else upstream_si
         summary = self.output[slot.index].get("summary")
         if not isinstance(summary, list):
             summary = self.output[slot.index]["summary"] = []
@@ -271,10 +275,13 @@ class OutputItems:
 
     # ------------------------------------------------------------------ resolution
 
-    def find(self, item_id: Any, upstream_index: Any, kind: Any) -> ItemSlot | None:
-        """The slot an upstream event refers to, by item id first, then by output_index."""
+    def find(self, item_id: Any, upstream_index: int | None, kind: Any) -> ItemSlot | None:
+        """The slot an upstream event refers to, by item id first, then by output_index.
+
+        ``item_id`` may be an upstream item's own ``id``, which no check has seen.
+        """
         index = self._by_item_id.get(item_id) if isinstance(item_id, str) and item_id else None
-        if index is None and isinstance(upstream_index, int):
+        if index is None and upstream_index is not None:
             index = self._by_upstream_index.get(upstream_index)
         if index is None:
             return None
@@ -282,7 +289,7 @@ class OutputItems:
             return None
         return self._slots[index]
 
-    def slot_for(self, event: JsonObject, kind: str) -> tuple[ItemSlot, list[StreamEvent]]:
+    def slot_for(self, event: UpstreamEvent, kind: str) -> tuple[ItemSlot, list[StreamEvent]]:
         """The open item of type ``kind`` an event addresses; opened when it is missing.
 
         A delta that names a closed item, or an item of another type (gpt-oss reuses the
@@ -316,19 +323,23 @@ class OutputItems:
         }
 
     def passthrough(self, event: JsonObject) -> JsonObject:
-        """An event of a type the gateway does not know, rebased onto the item it names."""
+        """An event of a type the gateway does not know (not checked: its fields are guarded
+        here), rebased onto the item it names."""
         out = dict(event)
         out.pop("sequence_number", None)
-        slot = self.find(event.get("item_id"), event.get("output_index"), None)
+        item_id = event.get("item_id")
+        upstream_index = event.get("output_index")
+        upstream_index = upstream_index if isinstance(upstream_index, int) else None
+        slot = self.find(item_id, upstream_index, None)
         if slot is not None:
-            if isinstance(event.get("output_index"), int):
+            if upstream_index is not None:
                 out["output_index"] = self.output_offset + slot.index
-            if isinstance(event.get("item_id"), str):
+            if isinstance(item_id, str):
                 out["item_id"] = self.output[slot.index].get("id")
         return out
 
 
-def make_skeleton(kind: str, source: JsonObject) -> JsonObject:
+def make_skeleton(kind: str, source: Mapping[str, Any]) -> JsonObject:
     """An empty, in-progress item of ``kind`` (fields taken from ``source`` where it has them)."""
     item_id = source.get("item_id") or source.get("id")
     item: JsonObject = {"id": item_id if isinstance(item_id, str) else "", "type": kind}
@@ -347,7 +358,7 @@ def make_skeleton(kind: str, source: JsonObject) -> JsonObject:
     else:
         # Another known type (a tool kind's: ``mcp_list_tools`` …) has no events of its
         # own to fill it: it opens with the fields it has, so that it validates as its type.
-        item = {**clone(source), "id": item["id"], "type": kind}
+        item = {**clone(dict(source)), "id": item["id"], "type": kind}
         if "status" in source or kind.endswith("_call"):
             item["status"] = "in_progress"
     return item

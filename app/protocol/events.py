@@ -6,11 +6,14 @@ TypedDicts below name the shapes of the events the gateway emits itself, one cla
 (after openai-python's ``types/responses``), for type checkers only: ``StreamEvent`` is their
 union plus ``JsonObject``, the open fallback every other event travels as. They leave out
 ``sequence_number``: ``core.stream.ResponseLifecycle`` adds it as it sends an event.
+
+An upstream's events are untrusted JSON: ``checked_event`` checks each once, where it enters the
+kernel, and returns it as an ``UpstreamEvent`` whose fields have the types the kernel reads.
 """
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypedDict, TypeGuard
+from typing import Final, Literal, Required, TypedDict, TypeGuard, cast
 
 from app.protocol.items import ContentPart, SummaryText
 from app.protocol.json_types import JsonObject
@@ -200,7 +203,7 @@ StreamEvent = KnownEvent | JsonObject
 
 
 # Narrowing by ``type``: the tag names the shape (as in a discriminated union). The events the
-# kernel builds always have their type's fields; an upstream's raw events are not checked here.
+# kernel builds always have their type's fields; an upstream's events are checked below instead.
 
 
 def is_item_added(event: StreamEvent) -> TypeGuard[OutputItemAddedEvent]:
@@ -229,3 +232,97 @@ def is_arguments_delta(event: StreamEvent) -> TypeGuard[FunctionCallArgumentsDel
 
 def is_arguments_done(event: StreamEvent) -> TypeGuard[FunctionCallArgumentsDoneEvent]:
     return event.get("type") == FUNCTION_CALL_ARGUMENTS_DONE
+
+
+# ---------------------------------------------------------------------- upstream events
+
+
+class UpstreamEvent(TypedDict, total=False):
+    """An upstream event as ``checked_event`` lets it into the kernel.
+
+    The fields the kernel reads have these types when present (a field the upstream sent with
+    another type is left out); every other field rides along as the upstream sent it, for the
+    copy that goes on to the client.
+    """
+
+    type: Required[str]
+    response: JsonObject
+    item: JsonObject
+    part: JsonObject
+    item_id: str
+    output_index: int
+    content_index: int
+    summary_index: int
+    delta: str
+    text: str
+    refusal: str
+    arguments: str
+    # Read but not checked: their handlers use what the upstream sent, whatever its type.
+    name: object
+    annotation: object
+    code: object
+    message: object
+    param: object
+
+
+_Field = tuple[str, type]
+_ITEM_ADDRESS: tuple[_Field, ...] = (("item_id", str), ("output_index", int))
+_PART_ADDRESS = (*_ITEM_ADDRESS, ("content_index", int))
+_SUMMARY_ADDRESS = (*_ITEM_ADDRESS, ("summary_index", int))
+_PART = ("part", dict)
+_DELTA = ("delta", str)
+_TEXT = ("text", str)
+
+# Per upstream event type: the field without which its handler ignores it (the event is dropped)
+# and the fields that are left out when they have another type (their handler ignores them).
+_CHECKS: dict[str, tuple[_Field | None, tuple[_Field, ...]]] = {
+    **dict.fromkeys(LIFECYCLE_EVENTS, (("response", dict), ())),
+    **dict.fromkeys(TERMINAL_EVENTS, (None, (("response", dict),))),
+    OUTPUT_ITEM_ADDED: (("item", dict), (("output_index", int),)),
+    OUTPUT_ITEM_DONE: (("item", dict), (("output_index", int),)),
+    **dict.fromkeys(
+        (CONTENT_PART_ADDED, CONTENT_PART_DONE, REASONING_PART_ADDED, REASONING_PART_DONE),
+        (None, (*_PART_ADDRESS, _PART)),
+    ),
+    **dict.fromkeys(
+        (OUTPUT_TEXT_DELTA, REFUSAL_DELTA, REASONING_TEXT_DELTA), (None, (*_PART_ADDRESS, _DELTA))
+    ),
+    OUTPUT_TEXT_DONE: (None, (*_PART_ADDRESS, _TEXT)),
+    REASONING_TEXT_DONE: (None, (*_PART_ADDRESS, _TEXT)),
+    REFUSAL_DONE: (None, (*_PART_ADDRESS, ("refusal", str))),
+    OUTPUT_TEXT_ANNOTATION_ADDED: (None, _PART_ADDRESS),
+    FUNCTION_CALL_ARGUMENTS_DELTA: (None, (*_ITEM_ADDRESS, _DELTA)),
+    FUNCTION_CALL_ARGUMENTS_DONE: (None, (*_ITEM_ADDRESS, ("arguments", str))),
+    REASONING_SUMMARY_PART_ADDED: (None, (*_SUMMARY_ADDRESS, _PART)),
+    REASONING_SUMMARY_PART_DONE: (None, (*_SUMMARY_ADDRESS, _PART)),
+    REASONING_SUMMARY_TEXT_DELTA: (None, (*_SUMMARY_ADDRESS, _DELTA)),
+    REASONING_SUMMARY_TEXT_DONE: (None, (*_SUMMARY_ADDRESS, _TEXT)),
+}
+
+
+def checked_event(raw: JsonObject) -> UpstreamEvent | None:
+    """Check an upstream event once, where it enters the kernel.
+
+    ``None`` for an event its handler would ignore (an ``output_item.*`` without an ``item``
+    object, a ``response.created`` without a ``response`` object …). A field the kernel reads
+    that has another type is left out of the event (its handler falls back as it would for a
+    missing field; the client's copy gets the gateway's value for it). An event of another type
+    (``error``, ``[DONE]``, one the gateway does not know) comes back as it is: the kernel
+    reads none of the checked fields of those.
+    """
+    kind = raw.get("type")
+    check = _CHECKS.get(kind) if isinstance(kind, str) else None
+    if check is not None:
+        required, fields = check
+        if required is not None and not isinstance(raw.get(required[0]), required[1]):
+            return None
+        for name, expected in fields:
+            if name in raw and not isinstance(raw[name], expected):
+                raw = _without_bad(raw, fields)
+                break
+    return cast(UpstreamEvent, raw)
+
+
+def _without_bad(raw: JsonObject, fields: tuple[_Field, ...]) -> JsonObject:
+    bad = {name for name, expected in fields if name in raw and not isinstance(raw[name], expected)}
+    return {key: value for key, value in raw.items() if key not in bad}
