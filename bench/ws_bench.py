@@ -1,19 +1,21 @@
 """WebSocket mode vs SSE: the per-turn cost of a multi-turn, Codex-like session.
 
-    python bench/ws_bench.py                  # 20 turns x 15 sessions per transport, ~1 min
+    python bench/ws_bench.py                  # 20 turns x 15 sessions per client, ~2 min
     python bench/ws_bench.py --quick          # 10 turns x 4 sessions
     python bench/ws_bench.py --tool-bytes 4000 --turns 30
 
 One ``shared/bench/mock_upstream.py`` process (text answers, 20 deltas) and one gateway
 (``python -m app.cli serve``, i.e. ``respgate serve``, SQLite in a temporary data directory).
-A session is ``--turns`` turns with ``store: false``; each turn adds one user message holding a
-``--tool-bytes`` "tool output" (what a coding agent sends back), so the history grows as it does
-in a Codex session. Sessions of the three clients alternate:
+A session is ``--turns`` turns with ``store: false`` (but ``sse-stored``); each turn adds one
+user message holding a ``--tool-bytes`` "tool output" (what a coding agent sends back), so the
+history grows as it does in a Codex session. Sessions of the four clients alternate:
 
     sse-full      POST /v1/responses (stream) with the whole history every turn (what a
                   ``store: false`` client does over HTTP), one keep-alive aiohttp session
     ws-cache      one WebSocket; each turn sends ``previous_response_id`` and the new message
                   only, the gateway continues from the connection's memory
+    sse-stored    POST /v1/responses (stream) with ``store: true`` and ``previous_response_id``:
+                  the history comes from the database (SQLite) every turn
     mock-full     the mock's POST /v1/responses with the whole history (the upstream alone)
 
 A turn's time runs from sending the request to receiving ``response.completed``. Reported:
@@ -81,6 +83,24 @@ async def sse_session(base: str, turns: int, size: int) -> tuple[list[float], in
     return times, sent
 
 
+async def sse_chained_session(base: str, turns: int, size: int) -> tuple[list[float], int]:
+    times: list[float] = []
+    sent = 0
+    previous: str | None = None
+    async with aiohttp.ClientSession() as session:
+        for turn in range(turns):
+            body: dict[str, Any] = {"model": MODEL, "input": [tool_output(turn, size)]}
+            body["stream"] = True
+            if previous is not None:
+                body["previous_response_id"] = previous
+            start = time.perf_counter()
+            final, size_sent = await sse_turn(session, f"{base}/v1/responses", body)
+            times.append(time.perf_counter() - start)
+            sent += size_sent
+            previous = final["id"]
+    return times, sent
+
+
 async def ws_session(base: str, turns: int, size: int) -> tuple[list[float], int]:
     times: list[float] = []
     sent = 0
@@ -127,6 +147,7 @@ async def measure(gateway: str, mock: str, args: argparse.Namespace) -> list[dic
     clients = {
         "sse-full": lambda: sse_session(gateway, args.turns, args.tool_bytes),
         "ws-cache": lambda: ws_session(gateway, args.turns, args.tool_bytes),
+        "sse-stored": lambda: sse_chained_session(gateway, args.turns, args.tool_bytes),
         "mock-full": lambda: sse_session(mock, args.turns, args.tool_bytes),
     }
     for run in clients.values():  # warm-up: imports, connections, the database
@@ -156,6 +177,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
     by = {row["name"]: row for row in rows}
     mock = by["mock-full"]
     print()
+    stored = by["sse-stored"]["median_ms"] - mock["median_ms"]
+    print(f"sse-stored gateway overhead per turn (all turns): {stored:.2f} ms")
     for key, label in (("median_ms", "all turns"), ("last5_ms", "last 5 turns")):
         sse = by["sse-full"][key] - mock[key]
         ws = by["ws-cache"][key] - mock[key]
