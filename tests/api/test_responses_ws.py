@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import logging
 import threading
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -206,9 +207,15 @@ def test_a_failed_turn_evicts_the_connection_cache(store: MemoryResponseStore) -
     assert texts(fresh["output"]) == ["a3"]
 
 
-def test_a_refused_request_keeps_the_socket_open(store: MemoryResponseStore) -> None:
+def test_a_refused_request_keeps_the_socket_open(
+    store: MemoryResponseStore, caplog: pytest.LogCaptureFixture
+) -> None:
     upstream = ScriptedUpstream([[message("still here")]])
-    with gateway(upstream, store) as http, http.websocket_connect("/v1/responses") as ws:
+    with (
+        caplog.at_level(logging.INFO, logger="app.api.routes.responses_ws"),
+        gateway(upstream, store) as http,
+        http.websocket_connect("/v1/responses") as ws,
+    ):
         bad_value = turn(ws, input="x", temperature="hot")
         ws.send_text("{not json")
         not_json = json.loads(ws.receive_text())
@@ -224,6 +231,25 @@ def test_a_refused_request_keeps_the_socket_open(store: MemoryResponseStore) -> 
     assert background[0]["error"]["param"] == "background"
     assert texts(answer["output"]) == ["still here"]
     assert len(upstream.requests) == 1
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.api.routes.responses_ws"]
+    assert len(lines) == 4, lines  # one line per refusal
+    assert lines[0].startswith("WS /v1/responses -> 400 invalid_request_error")
+    assert "param=temperature" in lines[0]
+
+
+def test_frames_sent_during_a_response_wait_their_turn(store: MemoryResponseStore) -> None:
+    upstream = ScriptedUpstream([[message("first")], [message("second")]])
+    with gateway(upstream, store) as http, http.websocket_connect("/v1/responses") as ws:
+        for text in ("one", "two"):
+            ws.send_text(json.dumps({"type": "response.create", "model": MODEL, "input": text}))
+        events: list[JsonObject] = []
+        while sum(e["type"] == "response.completed" for e in events) < 2:
+            events.append(json.loads(ws.receive_text()))
+    terminal = [e for e in events if e["type"] == "response.completed"]
+    assert [texts(e["response"]["output"]) for e in terminal] == [["first"], ["second"]]
+    first_done = events.index(terminal[0])
+    assert assert_lifecycle(events[: first_done + 1])["status"] == "completed"
+    assert assert_lifecycle(events[first_done + 1 :])["status"] == "completed"
 
 
 def test_generate_false_warms_up_without_the_model(store: MemoryResponseStore) -> None:
