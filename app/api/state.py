@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
@@ -23,6 +23,7 @@ class GatewayState:
     vector_stores: VectorStoresService
 
 
-def gateway_state(request: Request) -> GatewayState:
+def gateway_state(request: HTTPConnection) -> GatewayState:
+    """The gateway's state, for a request or a WebSocket."""
     state: GatewayState = request.app.state.gateway
     return state

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 from fastapi import APIRouter, Request
+from starlette.requests import HTTPConnection
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -20,8 +21,9 @@ router = APIRouter()
 _FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project", "x-request-id")
 
 
-def client_headers(request: Request) -> dict[str, str]:
-    """The client headers the upstream may need (credentials, tracing)."""
+def client_headers(request: HTTPConnection) -> dict[str, str]:
+    """The client headers the upstream may need (credentials, tracing), from a request or a
+    WebSocket's handshake."""
     headers = request.headers
     return {name: headers[name] for name in _FORWARDED_HEADERS if name in headers}
 
