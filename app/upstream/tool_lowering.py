@@ -16,7 +16,8 @@ An upstream takes some tool types natively (``native``: a chat-completions serve
   call comes back as a ``tool_search_call`` item (``execution: "client"``, ``arguments`` an
   object), emitted whole at ``output_item.done`` (the SDK has no argument events for it).
 
-Tools in ``additional_tools`` input items (Codex's newest models) join ``tools``. In the
+The client-run tools of ``additional_tools`` input items (Codex's newest models) and of
+``tool_search_output`` items (the tools a search loaded) join ``tools``. In the
 history, ``custom_tool_call``/``tool_search_call`` go up as ``function_call``,
 ``custom_tool_call_output``/``tool_search_output`` as ``function_call_output``, and a namespaced
 ``function_call`` under its lowered name. ``ToolLowering.raise_item`` raises an answer's items;
@@ -145,7 +146,7 @@ def lower_tools(
         for item in items
         if isinstance(item, dict) and item.get("type") in ("additional_tools", "tool_search_output")
         for t in item.get("tools") or []
-        if isinstance(t, dict)
+        if isinstance(t, dict) and _client_run(t)
     ]
     if not _needs_lowering([*tools, *extra], items, native):
         return body, None
@@ -191,6 +192,14 @@ def _needs_lowering(tools: list[JsonObject], items: list[Any], native: frozenset
         if kind == "function_call" and item.get("namespace") and "namespace" not in native:
             return True
     return False
+
+
+def _client_run(tool: JsonObject) -> bool:
+    """A tool the client runs: what may join ``tools`` from an input item (hosted tools there
+    are left out: the gateway runs only those in ``tools``)."""
+    return tool.get("type") in ("function", "custom", "namespace") or (
+        tool.get("type") == "tool_search" and tool.get("execution") == "client"
+    )
 
 
 def _lowerable(tool: JsonObject) -> bool:

@@ -77,7 +77,6 @@ class _Raised:
     target: Target
     item_id: str
     decoder: _InputDecoder = field(default_factory=_InputDecoder)
-    streamed: list[str] = field(default_factory=list)
 
 
 class EventRaiser:
@@ -142,7 +141,6 @@ class EventRaiser:
             text = call.decoder.feed(delta if isinstance(delta, str) else "")
             if not text:
                 return []
-            call.streamed.append(text)
             return [{"type": "response.custom_tool_call_input.delta", **address, "delta": text}]
         arguments = event.get("arguments")
         value = custom_input(arguments if isinstance(arguments, str) else "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from app.upstream.tool_lowering import (
     MAX_NAME_LENGTH,
     lower_tools,
 )
-from app.upstream.tool_raising import EventRaiser, RaisingTranslator
+from app.upstream.tool_raising import EventRaiser, RaisedEvents, RaisingTranslator
 from tests.upstream.test_chat_translate_stream import chunk, completion, fold, tool
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "codex"
@@ -187,7 +188,7 @@ def test_history_goes_up_as_function_calls_and_outputs() -> None:
             "status": "completed",
             "tools": [FUNCTION],
         },
-        {"type": "additional_tools", "tools": [AGENTS]},
+        {"type": "additional_tools", "tools": [AGENTS, {"type": "web_search"}]},
     ]
     lowered, lowering = lower_tools({"input": history, "tools": [PATCH, SEARCH]}, CHAT)
     assert lowering is not None
@@ -199,8 +200,9 @@ def test_history_goes_up_as_function_calls_and_outputs() -> None:
     assert [o["call_id"] for o in outputs] == ["c1", "c2", "c3"]
     assert "exec_command" in outputs[2]["output"]
     assert not any(i["type"] == "additional_tools" for i in lowered["input"])
-    # The tools of additional_tools and of the search's output are offered.
+    # The client's tools of additional_tools and of the search's output are offered.
     assert {"multi_agent__spawn_agent", "exec_command"} <= set(names(lowered))
+    assert {t["type"] for t in lowered["tools"]} == {"function"}  # no hosted web_search
     # Round trip: the lowered calls raise back to the items the history held.
     assert lowering.raise_item({**calls[0], "id": "fc_1"}) == {
         "id": "ctc_1",
@@ -309,3 +311,45 @@ def test_streamed_namespaced_call_and_tool_search() -> None:
     assert [e["name"] for e in done] == ["spawn_agent"]  # the search's arguments are not streamed
     terminal = events[-1]["response"]["output"]
     assert [i["type"] for i in terminal] == ["function_call", "tool_search_call"]
+
+
+class ListStream:
+    """An ``UpstreamEventStream`` over a list of events."""
+
+    def __init__(self, events: list[JsonObject]) -> None:
+        self.events = events
+        self.closed = False
+
+    async def _events(self) -> AsyncIterator[JsonObject]:
+        for event in self.events:
+            yield event
+
+    def __aiter__(self) -> AsyncIterator[JsonObject]:
+        return self._events()
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_a_responses_stream_is_raised_and_closed() -> None:
+    _, lowering = lower_tools({"tools": [PATCH]}, CHAT)
+    assert lowering is not None
+    call = {
+        "type": "function_call",
+        "id": "fc_1",
+        "call_id": "c1",
+        "name": "apply_patch",
+        "arguments": '{"input": "x"}',
+    }
+    upstream = ListStream(
+        [
+            {"type": "response.output_item.done", "output_index": 0, "item": call},
+            {"type": "response.completed", "response": {"status": "completed", "output": [call]}},
+        ]
+    )
+    stream = RaisedEvents(upstream, EventRaiser(lowering))
+    events = [event async for event in stream]
+    await stream.aclose()
+    assert upstream.closed
+    assert events[0]["item"]["type"] == "custom_tool_call"
+    assert events[1]["response"]["output"][0]["input"] == "x"
