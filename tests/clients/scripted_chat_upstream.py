@@ -5,8 +5,9 @@ the tool's output with a message.
 It sees only what a chat server sees: function tools (the gateway lowers Codex's ``namespace``,
 ``custom`` and ``tool_search`` tools into functions) and ``tool`` messages. The call is the shell
 (``exec_command``), Codex's ``exec`` code-mode tool (a lowered custom tool: one ``input``
-string), or, when the prompt asks for ``PATCH_FILE``, ``apply_patch`` (a lowered custom tool)
-with a patch that creates it.
+string), when the prompt asks for ``PATCH_FILE``, ``apply_patch`` (a lowered custom tool) with a
+patch that creates it, or, when it names ``SEARCH_QUERY``, ``tool_search`` (Codex's client-run
+tool search, lowered).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from tests.clients.scripted_upstream import (
     PATCH_FILE,
     SHELL_TOOLS,
 )
+
+SEARCH_QUERY = "calendar"
+SEARCH_DONE_TEXT = "The tool search ran."
 
 
 @dataclass
@@ -74,6 +78,8 @@ class ScriptedChatUpstream:
         functions = {t["function"]["name"]: t["function"] for t in body.get("tools") or []}
         if PATCH_FILE in _prompt(body) and "apply_patch" in functions:
             return _call(number, "apply_patch", {"input": PATCH})
+        if SEARCH_QUERY in _prompt(body) and "tool_search" in functions:
+            return _call(number, "tool_search", {"query": SEARCH_QUERY})
         shell = next((name for name in SHELL_TOOLS if name in functions), None)
         if shell == "exec_command":
             return _call(number, shell, {"cmd": COMMAND})
@@ -94,6 +100,8 @@ def _prompt(body: JsonObject) -> str:
 def _final_text(body: JsonObject, output: str) -> str:
     if PATCH_FILE in _prompt(body):
         return PATCH_DONE_TEXT
+    if SEARCH_QUERY in _prompt(body):
+        return SEARCH_DONE_TEXT
     return FINAL_TEXT if "respgate-ok" in output else "The command failed."
 
 

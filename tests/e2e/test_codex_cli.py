@@ -32,7 +32,11 @@ from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings, UpstreamConfig
 from tests.clients.codex_cli import ensure_installed, run_codex_exec
-from tests.clients.scripted_chat_upstream import ScriptedChatUpstream
+from tests.clients.scripted_chat_upstream import (
+    SEARCH_DONE_TEXT,
+    SEARCH_QUERY,
+    ScriptedChatUpstream,
+)
 from tests.clients.scripted_upstream import (
     FINAL_TEXT,
     PATCH_DONE_TEXT,
@@ -215,3 +219,30 @@ def test_apply_patch_round_trip_creates_the_file(
         assert ("custom_tool_call" in history) is native, history
         [output] = outputs(second)
     assert PATCH_FILE in output
+
+
+def test_tool_search_round_trip_through_a_chat_upstream(codex: Path, tmp_path: Path) -> None:
+    """Codex's client-run ``tool_search`` (``-m gpt-5.5``) offered to a chat upstream as a
+    function: the call comes back to Codex as a ``tool_search_call``, Codex runs the search and
+    its ``tool_search_output`` goes up as the function's output."""
+    upstream = ScriptedChatUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = UpstreamConfig(name="scripted", url=upstream_url, kind="chat")
+        settings = Settings(upstreams=[config], data_dir=tmp_path / "data")
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            prompt = f"Search your tools for {SEARCH_QUERY}."
+            run = run_codex_exec(f"{gateway_url}/v1", prompt, tmp_path, model="gpt-5.5")
+
+    report = f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, report
+    assert run.stdout.strip().splitlines()[-1] == SEARCH_DONE_TEXT, report
+    first, second = upstream.requests
+    assert "tool_search" in chat_tool_names(first)
+    calls = [
+        call["function"]["name"]
+        for message in second["messages"]
+        for call in message.get("tool_calls") or []
+    ]
+    assert calls == ["tool_search"]
+    # Codex's tool_search_output (no deferred tools match: none are configured).
+    assert tool_messages(second) == ["No tools found."]
