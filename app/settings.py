@@ -147,8 +147,8 @@ class UpstreamConfig(BaseModel):
     hosted_tools: HostedToolPolicy | None = None
     # The client tool types the server takes as they are; the others ("namespace", "custom",
     # client "tool_search") are lowered to function tools and their calls raised back. None:
-    # the kind's default (chat: ["function"]; responses: every type, as OpenAI; vLLM and SGLang
-    # run only function tools from /v1/responses, so set ["function"] for them).
+    # ["function"], what chat servers and vLLM's and SGLang's /v1/responses run; for OpenAI:
+    # ["function", "custom", "namespace", "tool_search"].
     native_tool_types: list[str] | None = None
 
     @field_validator("url")

@@ -1,7 +1,7 @@
 """Upstream that serves ``/v1/responses`` itself: vLLM, SGLang, OpenAI.
 
-Every tool type is sent as it is unless ``native_tool_types`` says otherwise; the others are
-lowered to functions and the calls raised back (``tool_lowering``).
+Tool types outside ``native_tool_types`` (by default all but ``function``: vLLM and SGLang run
+no others) are lowered to functions and the calls raised back (``tool_lowering``).
 """
 
 from __future__ import annotations

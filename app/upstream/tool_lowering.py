@@ -40,22 +40,27 @@ from app.protocol.json_types import JsonObject
 LOWERABLE = frozenset({"namespace", "custom", "tool_search"})
 
 # Which tool types each kind takes natively by default (None: every type, nothing lowered).
-# A chat server takes only ``function``. vLLM's ``/v1/responses`` validates ``tools`` against
-# the ``openai`` SDK's ``Tool`` union of the version it pins (``namespace`` and ``tool_search``
-# are missing from the older ones) and hands only ``function`` tools to the chat template;
-# SGLang's ``ResponseTool`` accepts ``custom``/``namespace``/``tool_search`` so that clients are
-# not refused but wires only ``function``, ``web_search*`` and ``code_interpreter``. The
-# responses kind passes every type by default (OpenAI runs them); an upstream's
-# ``native_tool_types`` narrows it (``["function"]`` for vLLM and SGLang).
+# A chat server takes only ``function``. So, in effect, do the responses servers the gateway
+# is for: vLLM's ``/v1/responses`` validates ``tools`` against the ``openai`` SDK's ``Tool``
+# union of the version it pins (``namespace`` and ``tool_search`` are missing from the older
+# ones, a 400) and hands only ``function`` tools to the chat template; SGLang's
+# ``ResponseTool`` accepts ``custom``/``namespace``/``tool_search`` so that clients are not
+# refused, but wires only ``function``, ``web_search*`` and ``code_interpreter`` to the model.
+# An upstream that runs the others (OpenAI) lists them in its ``native_tool_types``.
 DEFAULT_NATIVE_TOOL_TYPES: Mapping[str, frozenset[str] | None] = {
     "chat": frozenset({"function"}),
-    "responses": None,
+    "responses": frozenset({"function"}),
 }
 
 MAX_NAME_LENGTH = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
-_CALL_TYPES = frozenset({"custom_tool_call", "tool_search_call"})
-_OUTPUT_TYPES = frozenset({"custom_tool_call_output", "tool_search_output"})
+# The history items of a tool type, by the type they belong to.
+_ITEM_TOOL_TYPES = {
+    "custom_tool_call": "custom",
+    "custom_tool_call_output": "custom",
+    "tool_search_call": "tool_search",
+    "tool_search_output": "tool_search",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,13 +143,16 @@ def lower_tools(
     back; ``(body, None)`` when nothing needs lowering (the body is not copied)."""
     if native is None:
         return body, None
-    items = body.get("input") if isinstance(body.get("input"), list) else []
-    assert isinstance(items, list)
+    raw_input = body.get("input")
+    items: list[Any] = raw_input if isinstance(raw_input, list) else []
     tools = [t for t in body.get("tools") or [] if isinstance(t, dict)]
+    # Tools that input items offer: Codex's additional_tools, and those a search loaded when
+    # the search itself is lowered (its output then goes up as plain text).
+    carriers = {"additional_tools"} | ({"tool_search_output"} - _native_items(native))
     extra = [
         t
         for item in items
-        if isinstance(item, dict) and item.get("type") in ("additional_tools", "tool_search_output")
+        if isinstance(item, dict) and item.get("type") in carriers
         for t in item.get("tools") or []
         if isinstance(t, dict) and _client_run(t)
     ]
@@ -186,12 +194,22 @@ def _needs_lowering(tools: list[JsonObject], items: list[Any], native: frozenset
     for item in items:
         if not isinstance(item, dict):
             continue
-        kind = item.get("type")
-        if kind == "additional_tools" or (kind in _CALL_TYPES | _OUTPUT_TYPES):
-            return True
-        if kind == "function_call" and item.get("namespace") and "namespace" not in native:
+        if _item_needs_lowering(item, native):
             return True
     return False
+
+
+def _native_items(native: frozenset[str]) -> set[str]:
+    """The history item types that stay as they are (their tool type is native)."""
+    return {kind for kind, tool_type in _ITEM_TOOL_TYPES.items() if tool_type in native}
+
+
+def _item_needs_lowering(item: JsonObject, native: frozenset[str]) -> bool:
+    kind = item.get("type")
+    if kind == "function_call":
+        return bool(item.get("namespace")) and "namespace" not in native
+    tool_type = _ITEM_TOOL_TYPES.get(str(kind))
+    return tool_type is not None and tool_type not in native
 
 
 def _client_run(tool: JsonObject) -> bool:
@@ -294,7 +312,9 @@ def _lower_item(item: Any, lowering: ToolLowering, native: frozenset[str]) -> An
     kind = item.get("type")
     if kind == "additional_tools":
         return None  # its tools joined ``tools``
-    if kind == "function_call" and item.get("namespace") and "namespace" not in native:
+    if not _item_needs_lowering(item, native):
+        return item
+    if kind == "function_call":
         name = lowering.lowered("function", str(item["namespace"]), str(item.get("name") or ""))
         lowered = {k: v for k, v in item.items() if k != "namespace"}
         lowered["name"] = name

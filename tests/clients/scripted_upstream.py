@@ -81,6 +81,9 @@ class ScriptedUpstream:
             return [_shell_call(number, name)]
         if code_mode(body):
             return [_exec_call(number)]
+        lowered = lowered_exec(body)
+        if lowered is not None:
+            return [_lowered_exec_call(number, lowered)]
         return [_message(f"msg_{number}", "No shell tool was offered.")]
 
 
@@ -122,6 +125,25 @@ def _exec_call(number: int) -> JsonObject:
         "input": f"const r = await tools.exec_command({{cmd: {COMMAND!r}}});\ntext(r);",
         "status": "completed",
     }
+
+
+def _lowered_exec_call(number: int, name: str) -> JsonObject:
+    script = _exec_call(number)["input"]
+    return {
+        "type": "function_call",
+        "id": f"fc_{number}",
+        "call_id": f"call_{number}",
+        "name": name,
+        "arguments": json.dumps({"input": script}),
+        "status": "completed",
+    }
+
+
+def lowered_exec(body: JsonObject) -> str | None:
+    """The function the gateway offers for Codex's ``exec`` custom tool when the upstream takes
+    only functions (``exec``, or ``{namespace}__exec`` inside a namespace)."""
+    names = [str(t.get("name")) for t in body.get("tools") or [] if t.get("type") == "function"]
+    return next((name for name in names if name.split("__")[-1] == "exec"), None)
 
 
 def shell_tool(body: JsonObject) -> str | None:

@@ -14,11 +14,13 @@ Three models, three shapes of Codex's request (Codex 0.169.0):
 - ``Qwen/Qwen3-8B``, a model Codex does not know (any model vLLM serves): ``exec_command``, a
   ``namespace`` tool and ``web_search``.
 
-The same three in front of a scripted chat-completions upstream (``scripted_chat_upstream``),
-which takes only function tools: the gateway lowers the others and raises the calls back
-(``app/upstream/tool_lowering.py``). And an ``apply_patch`` round trip (a ``custom`` tool call)
-that creates a file, over a chat upstream, a responses upstream that takes only functions (vLLM,
-SGLang: ``native_tool_types = ["function"]``) and one that takes custom tools (OpenAI).
+An upstream takes only function tools by default (vLLM and SGLang run no others): the gateway
+lowers the others and raises the calls back (``app/upstream/tool_lowering.py``); one configured
+with every type (``native_tool_types``, as for OpenAI) gets them as they are. The same three
+models in front of a scripted chat-completions upstream (``scripted_chat_upstream``); an
+``apply_patch`` round trip (a ``custom`` tool call) that creates a file over a chat upstream, a
+default responses upstream and one that takes custom tools; and a client ``tool_search`` round
+trip over a chat upstream.
 """
 
 from __future__ import annotations
@@ -81,6 +83,11 @@ def outputs(body: JsonObject) -> list[str]:
     ]
 
 
+# What OpenAI runs: an upstream configured so gets Codex's tools as they are.
+ALL_TOOL_TYPES = ["function", "custom", "namespace", "tool_search"]
+
+
+@pytest.mark.parametrize("native", [None, ALL_TOOL_TYPES], ids=["lowered", "native"])
 @pytest.mark.parametrize(
     ("model", "expected", "web_search"),
     [
@@ -97,16 +104,16 @@ def test_one_shell_round_trip_completes_through_the_gateway(
     model: str | None,
     expected: set[str],
     web_search: bool,
+    native: list[str] | None,
 ) -> None:
+    """By default (vLLM, SGLang) the upstream sees only function tools; configured with every
+    type (OpenAI), Codex's tools as they are."""
     upstream = ScriptedUpstream()
-    with (
-        caplog.at_level(logging.WARNING),
-        serve_in_thread(upstream.app()) as upstream_url,
-        serve_in_thread(
-            create_app(Settings(upstream_url=upstream_url, data_dir=tmp_path / "data"))
-        ) as gateway_url,
-    ):
-        run = run_codex_exec(f"{gateway_url}/v1", PROMPT, tmp_path, model=model)
+    with caplog.at_level(logging.WARNING), serve_in_thread(upstream.app()) as upstream_url:
+        config = UpstreamConfig(name="scripted", url=upstream_url, native_tool_types=native)
+        settings = Settings(upstreams=[config], data_dir=tmp_path / "data")
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            run = run_codex_exec(f"{gateway_url}/v1", PROMPT, tmp_path, model=model)
 
     report = f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
     assert run.returncode == 0, report
@@ -117,7 +124,7 @@ def test_one_shell_round_trip_completes_through_the_gateway(
     for sent in (first, second):
         types = tool_types(sent)
         assert not any(t.startswith("web_search") for t in types), types
-        assert expected <= set(types), types
+        assert (expected <= set(types)) if native else (set(types) == {"function"}), types
     assert outputs(first) == []
     [output] = outputs(second)
     assert "respgate-ok" in output
@@ -175,14 +182,14 @@ def test_shell_round_trip_through_a_chat_upstream(
 PATCH_PROMPT = f"Create {PATCH_FILE} containing the line {PATCH_TEXT!r}."
 
 
-@pytest.mark.parametrize("upstream_kind", ["chat", "responses-lowered", "responses"])
+@pytest.mark.parametrize("upstream_kind", ["chat", "responses", "responses-native"])
 def test_apply_patch_round_trip_creates_the_file(
     codex: Path, tmp_path: Path, upstream_kind: str
 ) -> None:
     """Codex's ``custom`` ``apply_patch`` tool (a lark grammar) with a model Codex knows: over a
-    chat upstream and a responses upstream that takes only functions (vLLM, SGLang) the gateway
-    lowers it to a function and raises the call back to a ``custom_tool_call``; a responses
-    upstream that takes custom tools (OpenAI) gets it as it is."""
+    chat upstream and a responses upstream with the default (only functions: vLLM, SGLang) the
+    gateway lowers it to a function and raises the call back to a ``custom_tool_call``; a
+    responses upstream configured to take custom tools (OpenAI) gets it as it is."""
     scripted: ScriptedChatUpstream | ScriptedUpstream = (
         ScriptedChatUpstream() if upstream_kind == "chat" else ScriptedUpstream()
     )
@@ -191,7 +198,7 @@ def test_apply_patch_round_trip_creates_the_file(
             name="scripted",
             url=upstream_url,
             kind="chat" if upstream_kind == "chat" else "responses",
-            native_tool_types=["function"] if upstream_kind == "responses-lowered" else None,
+            native_tool_types=ALL_TOOL_TYPES if upstream_kind == "responses-native" else None,
         )
         settings = Settings(upstreams=[config], data_dir=tmp_path / "data")
         with serve_in_thread(create_app(settings)) as gateway_url:
@@ -213,7 +220,7 @@ def test_apply_patch_round_trip_creates_the_file(
         [output] = tool_messages(second)
     else:
         offered = {t.get("name"): t.get("type") for t in first.get("tools") or []}
-        native = upstream_kind == "responses"
+        native = upstream_kind == "responses-native"
         assert offered["apply_patch"] == ("custom" if native else "function")
         history = {str(item.get("type")) for item in second.get("input") or []}
         assert ("custom_tool_call" in history) is native, history

@@ -353,3 +353,22 @@ async def test_a_responses_stream_is_raised_and_closed() -> None:
     assert upstream.closed
     assert events[0]["item"]["type"] == "custom_tool_call"
     assert events[1]["response"]["output"][0]["input"] == "x"
+
+
+def test_history_of_a_native_type_stays_as_it_is() -> None:
+    native = frozenset({"function", "custom", "tool_search"})
+    history: list[Any] = [
+        {"type": "custom_tool_call", "call_id": "c1", "name": "apply_patch", "input": "x"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done."},
+        {"type": "tool_search_output", "call_id": "c3", "tools": [FUNCTION]},
+    ]
+    body = {"input": history, "tools": [PATCH, SEARCH, AGENTS]}
+    lowered, lowering = lower_tools(body, native)  # only the namespace is lowered
+    assert lowering is not None
+    assert lowered["input"] == history
+    offered = [t.get("name") for t in lowered["tools"]]
+    assert offered == ["apply_patch", None, "multi_agent__spawn_agent", "multi_agent__script"]
+    assert lower_tools({"input": history, "tools": [PATCH, SEARCH]}, native) == (
+        {"input": history, "tools": [PATCH, SEARCH]},
+        None,
+    )
