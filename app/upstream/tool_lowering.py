@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +79,10 @@ class ToolLowering:
     targets: dict[str, Target] = field(default_factory=dict)  # lowered name -> target
     _names: dict[tuple[str, str | None, str], str] = field(default_factory=dict)
     _taken: set[str] = field(default_factory=set)
+
+    def reserve(self, names: Iterable[str]) -> None:
+        """Names the request's own function tools keep: no lowered name takes one."""
+        self._taken.update(names)
 
     def lowered(self, kind: str, namespace: str | None, name: str) -> str:
         """The function name for a tool (the same one every time it is asked)."""
@@ -159,9 +163,7 @@ def lower_tools(
     if not _needs_lowering([*tools, *extra], items, native):
         return body, None
     lowering = ToolLowering()
-    lowering._taken.update(
-        str(t.get("name")) for t in [*tools, *extra] if t.get("type") == "function"
-    )
+    lowering.reserve(str(t.get("name")) for t in [*tools, *extra] if t.get("type") == "function")
     for tool in [*tools, *extra]:
         if tool.get("type") == "custom" and "custom" not in native:
             # A top-level custom tool keeps its own name, as a function does.
