@@ -91,7 +91,13 @@ def create_configured_upstream(config: UpstreamConfig) -> Upstream:
         send_reasoning_effort=config.send_reasoning_effort,
         stream_usage=config.stream_usage,
     )
-    return create_upstream(config.kind, UpstreamSpec(url=config.url, chat=chat), http)
+    native = config.native_tool_types
+    spec = UpstreamSpec(
+        url=config.url,
+        chat=chat,
+        native_tool_types=frozenset(native) if native is not None else None,
+    )
+    return create_upstream(config.kind, spec, http)
 
 
 def build_upstream(settings: Settings) -> UpstreamRouter:

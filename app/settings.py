@@ -145,6 +145,11 @@ class UpstreamConfig(BaseModel):
     stream_usage: bool = True
     # hosted tools the gateway cannot run, for requests routed here (None: hosted_tools).
     hosted_tools: HostedToolPolicy | None = None
+    # The client tool types the server takes as they are; the others ("namespace", "custom",
+    # client "tool_search") are lowered to function tools and their calls raised back. None:
+    # ["function"], what chat servers and vLLM's and SGLang's /v1/responses run; for OpenAI:
+    # ["function", "custom", "namespace", "tool_search"].
+    native_tool_types: list[str] | None = None
 
     @field_validator("url")
     @classmethod

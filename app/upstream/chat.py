@@ -4,7 +4,9 @@ Responses events, so the core cannot tell which kind served it.
 
 The translation itself is pure and lives in ``chat_request`` (request) and ``chat_response``
 (answer and stream); this module is the HTTP side. Its streams are ``events.UpstreamEvents``
-with a ``ChatStreamTranslator`` as the translation step.
+with a ``ChatStreamTranslator`` as the translation step. Tool types a chat server cannot take
+(``namespace``, ``custom``, client ``tool_search``) are lowered to functions before the
+translation and the model's calls raised back after it (``tool_lowering``).
 """
 
 from __future__ import annotations
@@ -18,29 +20,50 @@ from app.upstream.chat_request import ChatOptions, to_chat_request
 from app.upstream.chat_response import ChatStreamTranslator, to_response
 from app.upstream.events import UpstreamEvents
 from app.upstream.http import HttpOptions, HttpUpstream
+from app.upstream.tool_lowering import (
+    DEFAULT_NATIVE_TOOL_TYPES,
+    lower_tools,
+)
+from app.upstream.tool_raising import EventRaiser, RaisingTranslator
 
 
 class ChatUpstream(HttpUpstream):
     """``core.ports.Upstream`` over a chat-completions server."""
 
     def __init__(
-        self, base_url: str, *, options: ChatOptions | None = None, **http: Unpack[HttpOptions]
+        self,
+        base_url: str,
+        *,
+        options: ChatOptions | None = None,
+        native_tool_types: frozenset[str] | None = DEFAULT_NATIVE_TOOL_TYPES["chat"],
+        **http: Unpack[HttpOptions],
     ) -> None:
         super().__init__(base_url, **http)
         self.options = options or ChatOptions()
+        # Tool types sent as they are; the others are lowered (``tool_lowering``).
+        self.native_tool_types = native_tool_types
         self._chat_url = f"{self.base_url}/v1/chat/completions"
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
-        request = to_chat_request(body, self.options, stream=False)
+        lowered, lowering = lower_tools(body, self.native_tool_types)
+        request = to_chat_request(lowered, self.options, stream=False)
         completion = await self.post_json(self._chat_url, request, headers)
-        return to_response(completion, body)
+        response = to_response(completion, body)
+        return lowering.raise_response(response) if lowering is not None else response
 
     async def stream_response(
         self, body: JsonObject, headers: Mapping[str, str]
     ) -> UpstreamEvents | SingleResponseStream:
-        request = to_chat_request(body, self.options, stream=True)
+        lowered, lowering = lower_tools(body, self.native_tool_types)
+        request = to_chat_request(lowered, self.options, stream=True)
         answer = await self.post_stream(self._chat_url, request, headers)
         if isinstance(answer, dict):
             # The server ignored ``stream``: its whole completion becomes one terminal event.
-            return SingleResponseStream(to_response(answer, body))
-        return UpstreamEvents(answer, ChatStreamTranslator(body))
+            response = to_response(answer, body)
+            if lowering is not None:
+                response = lowering.raise_response(response)
+            return SingleResponseStream(response)
+        translator = ChatStreamTranslator(body)
+        if lowering is None:
+            return UpstreamEvents(answer, translator)
+        return UpstreamEvents(answer, RaisingTranslator(translator, EventRaiser(lowering)))

@@ -18,6 +18,7 @@ from app.upstream.chat import ChatUpstream
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
 from app.upstream.responses import ResponsesUpstream
+from app.upstream.tool_lowering import DEFAULT_NATIVE_TOOL_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,9 @@ class UpstreamSpec:
     url: str
     # Kind "chat" only: how requests are shaped for a chat-completions server.
     chat: ChatOptions = field(default_factory=ChatOptions)
+    # The tool types the server takes as they are (None: the kind's default,
+    # ``tool_lowering.DEFAULT_NATIVE_TOOL_TYPES``); the others are lowered to functions.
+    native_tool_types: frozenset[str] | None = None
 
 
 UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
@@ -34,12 +38,20 @@ UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
 
 def create_responses_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:
     """Kind "responses": the server has ``/v1/responses`` (vLLM, SGLang, OpenAI)."""
-    return ResponsesUpstream(spec.url, **http)
+    return ResponsesUpstream(spec.url, native_tool_types=_native(spec, "responses"), **http)
 
 
 def create_chat_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:
     """Kind "chat": only ``/v1/chat/completions`` (Ollama, llama.cpp, TGI, ...), translated."""
-    return ChatUpstream(spec.url, options=spec.chat, **http)
+    return ChatUpstream(
+        spec.url, options=spec.chat, native_tool_types=_native(spec, "chat"), **http
+    )
+
+
+def _native(spec: UpstreamSpec, kind: str) -> frozenset[str] | None:
+    if spec.native_tool_types is not None:
+        return spec.native_tool_types
+    return DEFAULT_NATIVE_TOOL_TYPES[kind]
 
 
 UPSTREAM_KINDS: Mapping[str, UpstreamFactory] = {

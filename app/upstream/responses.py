@@ -1,4 +1,8 @@
-"""Upstream that serves ``/v1/responses`` itself: vLLM, SGLang, OpenAI."""
+"""Upstream that serves ``/v1/responses`` itself: vLLM, SGLang, OpenAI.
+
+Tool types outside ``native_tool_types`` (by default all but ``function``: vLLM and SGLang run
+no others) are lowered to functions and the calls raised back (``tool_lowering``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,11 @@ from app.errors import UpstreamError, UpstreamHTTPError
 from app.protocol.json_types import JsonObject
 from app.upstream.events import UpstreamEvents
 from app.upstream.http import HttpOptions, HttpUpstream
+from app.upstream.tool_lowering import (
+    DEFAULT_NATIVE_TOOL_TYPES,
+    lower_tools,
+)
+from app.upstream.tool_raising import EventRaiser, RaisedEvents
 
 logger = logging.getLogger(__name__)
 
@@ -52,29 +61,43 @@ def is_missing_route(error: UpstreamHTTPError) -> bool:
 class ResponsesUpstream(HttpUpstream):
     """``core.ports.Upstream`` for a server with its own ``POST /v1/responses``."""
 
-    def __init__(self, base_url: str, **http: Unpack[HttpOptions]) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        native_tool_types: frozenset[str] | None = DEFAULT_NATIVE_TOOL_TYPES["responses"],
+        **http: Unpack[HttpOptions],
+    ) -> None:
         super().__init__(base_url, **http)
+        self.native_tool_types = native_tool_types
         self._responses_url = f"{self.base_url}/v1/responses"
         self._told_no_route = False
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+        lowered, lowering = lower_tools(body, self.native_tool_types)
         try:
-            return await self.post_json(self._responses_url, body, headers)
+            response = await self.post_json(self._responses_url, lowered, headers)
         except UpstreamHTTPError as exc:
             raise self._explain(exc) from exc
+        return lowering.raise_response(response) if lowering is not None else response
 
     async def stream_response(
         self, body: JsonObject, headers: Mapping[str, str]
-    ) -> UpstreamEvents | SingleResponseStream:
+    ) -> UpstreamEvents | SingleResponseStream | RaisedEvents:
+        lowered, lowering = lower_tools(body, self.native_tool_types)
         try:
-            answer = await self.post_stream(self._responses_url, body, headers)
+            answer = await self.post_stream(self._responses_url, lowered, headers)
         except UpstreamHTTPError as exc:
             raise self._explain(exc) from exc
         if isinstance(answer, dict):
             # The server ignored ``stream``: fold its whole answer into one terminal event.
+            if lowering is not None:
+                answer = lowering.raise_response(answer)
             return SingleResponseStream(answer)
         # Its events are Responses events already: no translation step.
-        return UpstreamEvents(answer)
+        if lowering is None:
+            return UpstreamEvents(answer)
+        return RaisedEvents(UpstreamEvents(answer), EventRaiser(lowering))
 
     def _explain(self, error: UpstreamHTTPError) -> UpstreamError:
         """A 404 on the path itself says what to do (logged once); other errors pass."""

@@ -54,9 +54,16 @@ class CodexRun:
     stderr: str
 
 
-def run_codex_exec(base_url: str, prompt: str, home: Path, model: str | None = None) -> CodexRun:
+def run_codex_exec(
+    base_url: str,
+    prompt: str,
+    home: Path,
+    model: str | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> CodexRun:
     """``codex exec PROMPT`` in a fresh ``CODEX_HOME`` (``home/codex``) and working directory
-    (``home/work``), talking only to ``base_url``: any other connection goes to a dead proxy."""
+    (``home/work``), talking only to ``base_url``: any other connection goes to a dead proxy.
+    ``extra_args`` go before the prompt (e.g. a sandbox mode)."""
     entry_point = ensure_installed()
     codex_home, work = home / "codex", home / "work"
     codex_home.mkdir(parents=True, exist_ok=True)
@@ -74,6 +81,7 @@ def run_codex_exec(base_url: str, prompt: str, home: Path, model: str | None = N
     command = ["node", str(entry_point), "exec", "--strict-config", "--skip-git-repo-check"]
     if model is not None:
         command += ["-m", model]
+    command += extra_args
     completed = subprocess.run(
         [*command, prompt],
         cwd=work,

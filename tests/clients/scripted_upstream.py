@@ -1,5 +1,6 @@
 """A scripted Responses-API upstream for client tests: it streams as vLLM does and answers the
-first round with a shell call and the round that carries the call's output with a message."""
+first round with a shell call (or, when the prompt asks for ``PATCH_FILE``, an ``apply_patch``
+call that creates it) and the round that carries the call's output with a message."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ from tests.fakes import round_events
 SHELL_TOOLS = ("exec_command", "shell", "shell_command")
 COMMAND = "echo respgate-ok"
 FINAL_TEXT = "The command printed respgate-ok."
+PATCH_FILE = "hello.txt"
+PATCH_TEXT = "hello from respgate"
+PATCH = f"*** Begin Patch\n*** Add File: {PATCH_FILE}\n+{PATCH_TEXT}\n*** End Patch\n"
+PATCH_DONE_TEXT = f"Created {PATCH_FILE}."
 
 
 @dataclass
@@ -64,14 +69,21 @@ class ScriptedUpstream:
         final message once the command's output is back."""
         number = len(self.requests)
         output = command_output(body)
+        patching = PATCH_FILE in json.dumps(body.get("input"))
         if output is not None:
             text = FINAL_TEXT if "respgate-ok" in output else "The command failed."
-            return [_message(f"msg_{number}", text)]
+            return [_message(f"msg_{number}", PATCH_DONE_TEXT if patching else text)]
+        patch = _patch_call(number, body) if patching else None
+        if patch is not None:
+            return [patch]
         name = shell_tool(body)
         if name is not None:
             return [_shell_call(number, name)]
         if code_mode(body):
             return [_exec_call(number)]
+        lowered = lowered_exec(body)
+        if lowered is not None:
+            return [_lowered_exec_call(number, lowered)]
         return [_message(f"msg_{number}", "No shell tool was offered.")]
 
 
@@ -89,6 +101,20 @@ def _shell_call(number: int, name: str) -> JsonObject:
     }
 
 
+def _patch_call(number: int, body: JsonObject) -> JsonObject | None:
+    """A call of ``apply_patch`` that creates ``PATCH_FILE``: a ``custom_tool_call`` when it is a
+    custom tool, a ``function_call`` with the patch as ``input`` when the gateway lowered it."""
+    for tool in body.get("tools") or []:
+        if tool.get("name") != "apply_patch":
+            continue
+        call: JsonObject = {"call_id": f"call_{number}", "name": "apply_patch"}
+        if tool.get("type") == "custom":
+            return {"type": "custom_tool_call", "id": f"ctc_{number}", **call, "input": PATCH}
+        arguments = json.dumps({"input": PATCH})
+        return {"type": "function_call", "id": f"fc_{number}", **call, "arguments": arguments}
+    return None
+
+
 def _exec_call(number: int) -> JsonObject:
     return {
         "type": "custom_tool_call",
@@ -99,6 +125,25 @@ def _exec_call(number: int) -> JsonObject:
         "input": f"const r = await tools.exec_command({{cmd: {COMMAND!r}}});\ntext(r);",
         "status": "completed",
     }
+
+
+def _lowered_exec_call(number: int, name: str) -> JsonObject:
+    script = _exec_call(number)["input"]
+    return {
+        "type": "function_call",
+        "id": f"fc_{number}",
+        "call_id": f"call_{number}",
+        "name": name,
+        "arguments": json.dumps({"input": script}),
+        "status": "completed",
+    }
+
+
+def lowered_exec(body: JsonObject) -> str | None:
+    """The function the gateway offers for Codex's ``exec`` custom tool when the upstream takes
+    only functions (``exec``, or ``{namespace}__exec`` inside a namespace)."""
+    names = [str(t.get("name")) for t in body.get("tools") or [] if t.get("type") == "function"]
+    return next((name for name in names if name.split("__")[-1] == "exec"), None)
 
 
 def shell_tool(body: JsonObject) -> str | None:

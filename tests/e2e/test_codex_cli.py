@@ -13,6 +13,14 @@ Three models, three shapes of Codex's request (Codex 0.169.0):
   ``tool_search`` with ``"execution": "client"`` and ``web_search``;
 - ``Qwen/Qwen3-8B``, a model Codex does not know (any model vLLM serves): ``exec_command``, a
   ``namespace`` tool and ``web_search``.
+
+An upstream takes only function tools by default (vLLM and SGLang run no others): the gateway
+lowers the others and raises the calls back (``app/upstream/tool_lowering.py``); one configured
+with every type (``native_tool_types``, as for OpenAI) gets them as they are. The same three
+models in front of a scripted chat-completions upstream (``scripted_chat_upstream``); an
+``apply_patch`` round trip (a ``custom`` tool call) that creates a file over a chat upstream, a
+default responses upstream and one that takes custom tools; and a client ``tool_search`` round
+trip over a chat upstream.
 """
 
 from __future__ import annotations
@@ -24,9 +32,20 @@ import pytest
 
 from app.main import create_app
 from app.protocol.json_types import JsonObject
-from app.settings import Settings
+from app.settings import Settings, UpstreamConfig
 from tests.clients.codex_cli import ensure_installed, run_codex_exec
-from tests.clients.scripted_upstream import FINAL_TEXT, ScriptedUpstream
+from tests.clients.scripted_chat_upstream import (
+    SEARCH_DONE_TEXT,
+    SEARCH_QUERY,
+    ScriptedChatUpstream,
+)
+from tests.clients.scripted_upstream import (
+    FINAL_TEXT,
+    PATCH_DONE_TEXT,
+    PATCH_FILE,
+    PATCH_TEXT,
+    ScriptedUpstream,
+)
 from tests.helpers import serve_in_thread
 from tests.npm import NodeUnavailableError
 
@@ -64,6 +83,11 @@ def outputs(body: JsonObject) -> list[str]:
     ]
 
 
+# What OpenAI runs: an upstream configured so gets Codex's tools as they are.
+ALL_TOOL_TYPES = ["function", "custom", "namespace", "tool_search"]
+
+
+@pytest.mark.parametrize("native", [None, ALL_TOOL_TYPES], ids=["lowered", "native"])
 @pytest.mark.parametrize(
     ("model", "expected", "web_search"),
     [
@@ -80,16 +104,16 @@ def test_one_shell_round_trip_completes_through_the_gateway(
     model: str | None,
     expected: set[str],
     web_search: bool,
+    native: list[str] | None,
 ) -> None:
+    """By default (vLLM, SGLang) the upstream sees only function tools; configured with every
+    type (OpenAI), Codex's tools as they are."""
     upstream = ScriptedUpstream()
-    with (
-        caplog.at_level(logging.WARNING),
-        serve_in_thread(upstream.app()) as upstream_url,
-        serve_in_thread(
-            create_app(Settings(upstream_url=upstream_url, data_dir=tmp_path / "data"))
-        ) as gateway_url,
-    ):
-        run = run_codex_exec(f"{gateway_url}/v1", PROMPT, tmp_path, model=model)
+    with caplog.at_level(logging.WARNING), serve_in_thread(upstream.app()) as upstream_url:
+        config = UpstreamConfig(name="scripted", url=upstream_url, native_tool_types=native)
+        settings = Settings(upstreams=[config], data_dir=tmp_path / "data")
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            run = run_codex_exec(f"{gateway_url}/v1", PROMPT, tmp_path, model=model)
 
     report = f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
     assert run.returncode == 0, report
@@ -100,7 +124,7 @@ def test_one_shell_round_trip_completes_through_the_gateway(
     for sent in (first, second):
         types = tool_types(sent)
         assert not any(t.startswith("web_search") for t in types), types
-        assert expected <= set(types), types
+        assert (expected <= set(types)) if native else (set(types) == {"function"}), types
     assert outputs(first) == []
     [output] = outputs(second)
     assert "respgate-ok" in output
@@ -111,3 +135,121 @@ def test_one_shell_round_trip_completes_through_the_gateway(
     warned = [r.getMessage() for r in records if r.name == "app.tools.hosted"]
     assert len(warned) == (1 if web_search else 0), warned
     assert all("web_search" in w and "hosted_tools" in w for w in warned)
+
+
+def chat_tool_names(body: JsonObject) -> list[str]:
+    return [str(t["function"]["name"]) for t in body.get("tools") or []]
+
+
+def tool_messages(body: JsonObject) -> list[str]:
+    return [str(m.get("content")) for m in body.get("messages") or [] if m.get("role") == "tool"]
+
+
+@pytest.mark.parametrize(
+    ("model", "lowered"),
+    [
+        (None, "exec"),
+        ("gpt-5.5", "apply_patch"),
+        ("Qwen/Qwen3-8B", "multi_agent_v1__spawn_agent"),
+    ],
+    ids=["codex-default-model", "gpt-5.5", "unknown-model"],
+)
+def test_shell_round_trip_through_a_chat_upstream(
+    codex: Path, tmp_path: Path, model: str | None, lowered: str
+) -> None:
+    """Codex with its default tools (``namespace``, ``custom``, ``tool_search``) in front of a
+    chat-completions server: the gateway offers them as functions and raises the calls back."""
+    upstream = ScriptedChatUpstream()
+    settings = Settings(upstream_url="http://unused", upstream_kind="chat", data_dir=tmp_path / "d")
+    with serve_in_thread(upstream.app()) as upstream_url:
+        settings = settings.model_copy(update={"upstream_url": upstream_url})
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            run = run_codex_exec(f"{gateway_url}/v1", PROMPT, tmp_path, model=model)
+
+    report = f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, report
+    assert run.stdout.strip().splitlines()[-1] == FINAL_TEXT, report
+    assert "ERROR" not in run.stderr, report
+    first, second = upstream.requests
+    # A lowered tool (a namespace's function, or a custom tool) is offered as a function.
+    names = chat_tool_names(first)
+    assert any(lowered in (name, name.split("__")[-1]) for name in names), names
+    assert tool_messages(first) == []
+    [output] = tool_messages(second)
+    assert "respgate-ok" in output
+
+
+PATCH_PROMPT = f"Create {PATCH_FILE} containing the line {PATCH_TEXT!r}."
+
+
+@pytest.mark.parametrize("upstream_kind", ["chat", "responses", "responses-native"])
+def test_apply_patch_round_trip_creates_the_file(
+    codex: Path, tmp_path: Path, upstream_kind: str
+) -> None:
+    """Codex's ``custom`` ``apply_patch`` tool (a lark grammar) with a model Codex knows: over a
+    chat upstream and a responses upstream with the default (only functions: vLLM, SGLang) the
+    gateway lowers it to a function and raises the call back to a ``custom_tool_call``; a
+    responses upstream configured to take custom tools (OpenAI) gets it as it is."""
+    scripted: ScriptedChatUpstream | ScriptedUpstream = (
+        ScriptedChatUpstream() if upstream_kind == "chat" else ScriptedUpstream()
+    )
+    with serve_in_thread(scripted.app()) as upstream_url:
+        config = UpstreamConfig(
+            name="scripted",
+            url=upstream_url,
+            kind="chat" if upstream_kind == "chat" else "responses",
+            native_tool_types=ALL_TOOL_TYPES if upstream_kind == "responses-native" else None,
+        )
+        settings = Settings(upstreams=[config], data_dir=tmp_path / "data")
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            run = run_codex_exec(
+                f"{gateway_url}/v1",
+                PATCH_PROMPT,
+                tmp_path,
+                model="gpt-5.5",
+                extra_args=("--sandbox", "workspace-write"),  # read-only refuses the write
+            )
+
+    report = f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, report
+    assert run.stdout.strip().splitlines()[-1] == PATCH_DONE_TEXT, report
+    assert (tmp_path / "work" / PATCH_FILE).read_text() == f"{PATCH_TEXT}\n", report
+    first, second = scripted.requests
+    if isinstance(scripted, ScriptedChatUpstream):
+        assert "apply_patch" in chat_tool_names(first)
+        [output] = tool_messages(second)
+    else:
+        offered = {t.get("name"): t.get("type") for t in first.get("tools") or []}
+        native = upstream_kind == "responses-native"
+        assert offered["apply_patch"] == ("custom" if native else "function")
+        history = {str(item.get("type")) for item in second.get("input") or []}
+        assert ("custom_tool_call" in history) is native, history
+        [output] = outputs(second)
+    assert PATCH_FILE in output
+
+
+def test_tool_search_round_trip_through_a_chat_upstream(codex: Path, tmp_path: Path) -> None:
+    """Codex's client-run ``tool_search`` (``-m gpt-5.5``) offered to a chat upstream as a
+    function: the call comes back to Codex as a ``tool_search_call``, Codex runs the search and
+    its ``tool_search_output`` goes up as the function's output."""
+    upstream = ScriptedChatUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = UpstreamConfig(name="scripted", url=upstream_url, kind="chat")
+        settings = Settings(upstreams=[config], data_dir=tmp_path / "data")
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            prompt = f"Search your tools for {SEARCH_QUERY}."
+            run = run_codex_exec(f"{gateway_url}/v1", prompt, tmp_path, model="gpt-5.5")
+
+    report = f"exit {run.returncode}\nstdout:\n{run.stdout}\nstderr:\n{run.stderr[-4000:]}"
+    assert run.returncode == 0, report
+    assert run.stdout.strip().splitlines()[-1] == SEARCH_DONE_TEXT, report
+    first, second = upstream.requests
+    assert "tool_search" in chat_tool_names(first)
+    calls = [
+        call["function"]["name"]
+        for message in second["messages"]
+        for call in message.get("tool_calls") or []
+    ]
+    assert calls == ["tool_search"]
+    # Codex's tool_search_output (no deferred tools match: none are configured).
+    assert tool_messages(second) == ["No tools found."]
