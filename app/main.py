@@ -15,7 +15,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import __version__
 from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi
-from app.api.routes import chat, conversations, files, health, models, responses, vector_stores
+from app.api.routes import (
+    chat,
+    conversations,
+    files,
+    health,
+    messages,
+    models,
+    responses,
+    vector_stores,
+)
 from app.api.state import GatewayState
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
@@ -315,6 +324,7 @@ def create_app(
     install_error_handlers(app)
     app.router.routes.extend(responses.HOT_ROUTES)
     app.router.routes.extend(chat.ROUTES)
+    app.router.routes.extend(messages.ROUTES)
     app.include_router(responses.router)
     app.include_router(conversations.router)
     app.include_router(files.router)
