@@ -257,3 +257,36 @@ def test_upstream_refusal_in_anthropics_envelope(sdk: Any) -> None:
         "type": "error",
         "error": {"type": "rate_limit_error", "message": "slow down"},
     }
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_mcp_connector_runs_on_the_gateways_mcp_executor(
+    sdk: Any, counter_url: str, stream: bool
+) -> None:
+    upstream = ScriptedUpstream(
+        [[function_call("mcp__counter__sum", '{"a": 1, "b": 2}')], [message("It is 3.")]]
+    )
+    client = sdk(upstream)
+    params: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "1 + 2?"}],
+        "mcp_servers": [{"type": "url", "name": "counter", "url": counter_url}],
+        "betas": ["mcp-client-2025-04-04"],
+    }
+    if stream:
+        with client.beta.messages.stream(**params) as events:
+            reply = events.get_final_message()
+    else:
+        reply = client.beta.messages.create(**params)
+    assert [block.type for block in reply.content] == ["mcp_tool_use", "mcp_tool_result", "text"]
+    use, result, text = reply.content
+    assert use.name == "sum"
+    assert use.server_name == "counter"
+    assert use.input == {"a": 1, "b": 2}
+    assert result.tool_use_id == use.id
+    assert result.is_error is False
+    assert "3" in result.content[0].text
+    assert text.text == "It is 3."
+    assert reply.stop_reason == "end_turn"
+    assert upstream.requests[0]["tools"][0]["name"] == "mcp__counter__sum"
