@@ -9,7 +9,7 @@ Anthropic's: 400 ``invalid_request_error``, 401 ``authentication_error``, 403
 
 from __future__ import annotations
 
-from app.errors import GatewayError, NotReadyError
+from app.errors import GatewayError, InvalidRequestError, NotReadyError
 from app.protocol.json_types import JsonObject
 
 _TYPES = {
@@ -59,3 +59,8 @@ def stream_error_event(error: JsonObject | None) -> JsonObject:
     if code in ("rate_limit_exceeded", "rate_limit_error"):
         status = 429
     return error_body(status, message)
+
+
+def invalid(param: str, message: str) -> InvalidRequestError:
+    """A 400 naming the request field at fault."""
+    return InvalidRequestError(f"{param}: {message}", param=param)

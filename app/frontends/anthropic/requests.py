@@ -3,8 +3,7 @@
 What maps: ``system`` (a string or text blocks) -> ``instructions``; each message's blocks ->
 input items in order (text and images -> a message, ``tool_use`` -> ``function_call``,
 ``tool_result`` -> ``function_call_output``, ``thinking`` -> ``reasoning``); ``role: "system"``
-messages -> system messages; ``tools`` -> function tools; ``mcp_servers`` -> ``mcp`` tools
-(the gateway's MCP executor runs them); ``tool_choice``; ``thinking`` and
+messages -> system messages; ``tools``, ``mcp_servers`` and ``tool_choice`` (module ``tools``); ``thinking`` and
 ``output_config.effort`` -> ``reasoning.effort``; ``max_tokens`` -> ``max_output_tokens``;
 ``temperature``, ``top_p``; ``stop_sequences`` -> ``stop`` and ``top_k`` as they are (a
 chat-completions upstream takes both; the Responses API has no such fields, so a Responses
@@ -20,18 +19,19 @@ from typing import Any
 
 import orjson
 
-from app.errors import InvalidRequestError
+from app.frontends.anthropic.errors import invalid
+from app.frontends.anthropic.tools import (
+    TOOL_REFERENCE_PREFIX,
+    deferred_found,
+    mcp_tools,
+    tool,
+    tool_choice,
+)
 from app.protocol.json_types import JsonObject
 
 _ROLES = frozenset({"user", "assistant", "system"})
 # Anthropic's effort levels -> the Responses API's (``max`` is the most a server takes).
 _EFFORTS = {"low": "low", "medium": "medium", "high": "high", "max": "high"}
-# Anthropic-defined server tools the model may call through a Responses upstream as its own.
-_WEB_SEARCH_PREFIX = "web_search_"
-# Server tools the gateway cannot run (they are Anthropic's hosted tools): dropped, the model is
-# not offered them. ``tool_search_*`` is Claude Code's deferred-tool search: the deferred tools
-# are offered directly instead (see ``_tool``).
-_DROPPED_TOOL_PREFIXES = ("tool_search_tool_", "code_execution_", "web_fetch_", "memory_")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +42,6 @@ class MessagesRequest:
     model: str
     stream: bool
     stop_sequences: tuple[str, ...]
-
-
-def invalid(param: str, message: str) -> InvalidRequestError:
-    return InvalidRequestError(f"{param}: {message}", param=param)
 
 
 def to_responses(messages_body: JsonObject) -> MessagesRequest:
@@ -80,12 +76,14 @@ def to_responses(messages_body: JsonObject) -> MessagesRequest:
     stops = _stop_sequences(messages_body.get("stop_sequences"))
     if stops:
         body["stop"] = list(stops)
-    tools = [_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(messages_body, "tools"))]
+    specs = _list(messages_body, "tools")
+    found = deferred_found(specs, body["input"])
+    tools = [tool(spec, f"tools[{i}]", found) for i, spec in enumerate(specs)]
     tools += mcp_tools(_list(messages_body, "mcp_servers"))
     offered = [tool for tool in tools if tool is not None]
     if offered:
         body["tools"] = offered
-    _tool_choice(messages_body.get("tool_choice"), body)
+    tool_choice(messages_body.get("tool_choice"), body)
     reasoning = _reasoning(messages_body)
     if reasoning is not None:
         body["reasoning"] = reasoning
@@ -185,7 +183,7 @@ def _text_part(role: str, text: str) -> JsonObject:
 def _block_item(block: JsonObject, param: str) -> JsonObject | None:
     """The item a block becomes on its own (a call, an output, reasoning), else ``None``."""
     kind = block["type"]
-    if kind in ("tool_use", "server_tool_use"):
+    if kind == "tool_use":
         name = block.get("name")
         call_id = block.get("id")
         if not isinstance(name, str) or not isinstance(call_id, str):
@@ -226,9 +224,11 @@ def _content_part(role: str, block: JsonObject, param: str) -> JsonObject | None
         return _image(block.get("source"), f"{param}.source")
     if kind == "document":
         return _document(block, param)
-    if kind == "redacted_thinking" or kind.startswith(("mcp_tool_", "web_search_tool_result")):
-        # Anthropic's own encrypted reasoning, and server-tool results already folded into the
-        # assistant's text: nothing an upstream could read.
+    if kind in ("redacted_thinking", "server_tool_use") or kind.startswith(
+        ("mcp_tool_", "web_search_tool_result")
+    ):
+        # Anthropic's own encrypted reasoning, and server-tool calls and results already folded
+        # into the assistant's text: nothing an upstream could read.
         return None
     # An unknown block is carried through: the upstream decides.
     return dict(block)
@@ -274,7 +274,8 @@ def _tool_output(content: Any, param: str) -> str | list[JsonObject]:
             raise invalid(where, "A content block must be an object.")
         if block.get("type") == "tool_reference":
             # Claude Code's tool search answers with references to the tools it found.
-            parts.append({"type": "input_text", "text": f"Tool: {block.get('tool_name')}"})
+            name = block.get("tool_name")
+            parts.append({"type": "input_text", "text": f"{TOOL_REFERENCE_PREFIX}{name}"})
         elif block.get("type") == "image":
             parts.append(_image(block.get("source"), f"{where}.source"))
         elif block.get("type") == "text":
@@ -286,85 +287,6 @@ def _tool_output(content: Any, param: str) -> str | list[JsonObject]:
     if all(part["type"] == "input_text" for part in parts):
         return "\n".join(part["text"] for part in parts)
     return parts
-
-
-# ---------------------------------------------------------------------------------- tools
-
-
-def _tool(tool: Any, param: str) -> JsonObject | None:
-    if not isinstance(tool, dict):
-        raise invalid(param, "A tool must be an object.")
-    kind = tool.get("type")
-    if kind in (None, "custom"):
-        name = tool.get("name")
-        schema = tool.get("input_schema")
-        if not isinstance(name, str) or not isinstance(schema, dict):
-            raise invalid(param, "A tool needs a 'name' and an 'input_schema' object.")
-        # ``defer_loading`` (Claude Code's tool search): the gateway runs no tool search, so a
-        # deferred tool is offered with the others, as if already found.
-        function: JsonObject = {"type": "function", "name": name, "parameters": schema}
-        if isinstance(tool.get("description"), str):
-            function["description"] = tool["description"]
-        if tool.get("strict") is True:
-            function["strict"] = True
-        return function
-    if isinstance(kind, str) and kind.startswith(_WEB_SEARCH_PREFIX):
-        return {"type": "web_search"}
-    if isinstance(kind, str) and kind.startswith(_DROPPED_TOOL_PREFIXES):
-        return None
-    raise invalid(
-        f"{param}.type",
-        f"The tool type {kind!r} is one of Anthropic's own tools, which this gateway cannot "
-        "run; declare it as a client tool with an input_schema.",
-    )
-
-
-def mcp_tools(servers: list[Any]) -> list[JsonObject | None]:
-    """Anthropic's MCP connector (``mcp_servers``) -> the gateway's ``mcp`` tools."""
-    tools: list[JsonObject | None] = []
-    for index, server in enumerate(servers):
-        param = f"mcp_servers[{index}]"
-        if not isinstance(server, dict):
-            raise invalid(param, "An MCP server must be an object.")
-        name, url = server.get("name"), server.get("url")
-        if not isinstance(name, str) or not isinstance(url, str):
-            raise invalid(param, "An MCP server needs a 'name' and a 'url'.")
-        tool: JsonObject = {
-            "type": "mcp",
-            "server_label": name,
-            "server_url": url,
-            "require_approval": "never",
-        }
-        if isinstance(server.get("authorization_token"), str):
-            tool["authorization"] = server["authorization_token"]
-        configuration = server.get("tool_configuration")
-        if isinstance(configuration, dict):
-            if configuration.get("enabled") is False:
-                continue
-            if isinstance(configuration.get("allowed_tools"), list):
-                tool["allowed_tools"] = configuration["allowed_tools"]
-        tools.append(tool)
-    return tools
-
-
-def _tool_choice(choice: Any, body: JsonObject) -> None:
-    if choice is None:
-        return
-    if not isinstance(choice, dict):
-        raise invalid("tool_choice", "Input should be an object with a 'type'.")
-    kind = choice.get("type")
-    if kind == "auto":
-        body["tool_choice"] = "auto"
-    elif kind == "any":
-        body["tool_choice"] = "required"
-    elif kind == "none":
-        body["tool_choice"] = "none"
-    elif kind == "tool" and isinstance(choice.get("name"), str):
-        body["tool_choice"] = {"type": "function", "name": choice["name"]}
-    else:
-        raise invalid("tool_choice.type", "Input should be 'auto', 'any', 'tool' or 'none'.")
-    if choice.get("disable_parallel_tool_use") is True:
-        body["parallel_tool_calls"] = False
 
 
 def _reasoning(messages_body: JsonObject) -> JsonObject | None:

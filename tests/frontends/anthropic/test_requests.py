@@ -93,6 +93,7 @@ def test_assistant_turn_with_thinking_text_and_tool_use_then_results() -> None:
             "content": [
                 {"type": "thinking", "thinking": "hmm", "signature": "sig"},
                 {"type": "redacted_thinking", "data": "xx"},
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
                 {"type": "text", "text": "Running."},
                 {"type": "tool_use", "id": "toolu_1", "name": "run", "input": {"a": 1}},
                 {"type": "tool_use", "id": "toolu_2", "name": "run", "input": {}},
@@ -147,7 +148,7 @@ def test_tool_result_with_tool_references_and_an_image() -> None:
         body(messages=[{"role": "user", "content": "a"}, {"role": "user", "content": [result]}])
     ).body["input"]
     assert output["output"] == [
-        {"type": "input_text", "text": "Tool: Read"},
+        {"type": "input_text", "text": "Tool loaded: Read"},
         {"type": "input_image", "image_url": "https://x/i.png"},
     ]
 
@@ -177,6 +178,28 @@ def test_tools_and_tool_choice() -> None:
     ]
     assert request.body["tool_choice"] == {"type": "function", "name": "run"}
     assert request.body["parallel_tool_calls"] is False
+
+
+def test_a_deferred_tool_is_offered_once_a_tool_search_found_it() -> None:
+    deferred = {**TOOL, "name": "later", "defer_loading": True}
+    search = {"name": "ToolSearch", "input_schema": TOOL["input_schema"]}
+    found = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_s",
+        "content": [{"type": "tool_reference", "tool_name": "later"}],
+    }
+    messages: list[Any] = [
+        {"role": "user", "content": "find a tool"},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_s", "name": "ToolSearch", "input": {}}],
+        },
+    ]
+    before = to_responses(body(messages=messages, tools=[search, deferred])).body["tools"]
+    assert [tool["name"] for tool in before] == ["ToolSearch"]
+    messages.append({"role": "user", "content": [found]})
+    after = to_responses(body(messages=messages, tools=[search, deferred])).body["tools"]
+    assert [tool["name"] for tool in after] == ["ToolSearch", "later"]
 
 
 @pytest.mark.parametrize(
