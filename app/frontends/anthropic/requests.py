@@ -3,13 +3,14 @@
 What maps: ``system`` (a string or text blocks) -> ``instructions``; each message's blocks ->
 input items in order (text and images -> a message, ``tool_use`` -> ``function_call``,
 ``tool_result`` -> ``function_call_output``, ``thinking`` -> ``reasoning``); ``role: "system"``
-messages -> system messages; ``tools``, ``mcp_servers`` and ``tool_choice`` (module ``tools``); ``thinking`` and
-``output_config.effort`` -> ``reasoning.effort``; ``max_tokens`` -> ``max_output_tokens``;
-``temperature``, ``top_p``; ``stop_sequences`` -> ``stop`` and ``top_k`` as they are (a
-chat-completions upstream takes both; the Responses API has no such fields, so a Responses
-upstream gets them as extra fields). ``cache_control``, ``context_management``, ``metadata``,
-``service_tier`` and ``container`` are accepted and ignored. Nothing is stored: a Messages
-client sends the whole history each turn, so the Responses request has ``store: false``.
+messages -> system messages; ``tools``, ``mcp_servers`` and ``tool_choice`` (module ``tools``);
+``thinking`` and ``output_config.effort`` -> ``reasoning.effort``; ``max_tokens`` ->
+``max_output_tokens``; ``temperature`` and ``top_p``; ``stop_sequences`` -> ``stop`` and
+``top_k`` as they are (a chat-completions upstream takes both; the Responses API has no such
+fields, so a Responses upstream gets them as extra fields). ``cache_control``,
+``context_management``, ``metadata``, ``service_tier`` and ``container`` are accepted and
+ignored. Nothing is stored: a Messages client sends the whole history each turn, so the
+Responses request has ``store: false``.
 """
 
 from __future__ import annotations
