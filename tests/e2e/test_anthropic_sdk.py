@@ -1,5 +1,6 @@
 """The official ``anthropic`` SDK against ``POST /v1/messages`` over a scripted Responses
-upstream: text, streaming, tool use, thinking, count_tokens and errors, as the SDK parses them."""
+upstream: text, streaming, tool use, thinking, count_tokens and errors, as the SDK parses them;
+the MCP connector; and a chat-completions upstream (the same front end over any upstream kind)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from app.errors import UpstreamHTTPError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
+from tests.e2e.test_chat_equivalence import Answer, Call
+from tests.e2e.test_chat_tool_loop import ScriptedChatServer
 from tests.fakes import FakeUpstream, ScriptedUpstream, function_call, message
-from tests.helpers import IN_PROCESS_URL, in_process
+from tests.helpers import IN_PROCESS_URL, in_process, serve_in_thread
 
 MODEL = "claude-test-model"
 TOOLS: list[Any] = [
@@ -290,3 +293,61 @@ def test_mcp_connector_runs_on_the_gateways_mcp_executor(
     assert text.text == "It is 3."
     assert reply.stop_reason == "end_turn"
     assert upstream.requests[0]["tools"][0]["name"] == "mcp__counter__sum"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_over_a_chat_completions_upstream(stream: bool) -> None:
+    call = Call("toolu_9", "get_weather", ('{"city":', ' "Paris"}'))
+    script = [
+        Answer(reasoning=("Let me", " think."), text=("Checking.",), calls=(call,)),
+        Answer(text=("Sunny and", " warm"), finish_reason="length"),
+    ]
+    server = ScriptedChatServer(script)
+    with serve_in_thread(server.app()) as upstream_url:
+        app = create_app(Settings(upstream_url=upstream_url, upstream_kind="chat"))
+        with in_process(app) as http:
+            client = anthropic.Anthropic(
+                base_url=IN_PROCESS_URL, api_key="sk-ant-test", max_retries=0, http_client=http
+            )
+            messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+            params: dict[str, Any] = {
+                "model": MODEL,
+                "max_tokens": 300,
+                "tools": TOOLS,
+                "stop_sequences": ["###"],
+                "thinking": {"type": "enabled", "budget_tokens": 2048},
+            }
+
+            def turn() -> Any:
+                if stream:
+                    with client.messages.stream(messages=messages, **params) as events:
+                        return events.get_final_message()
+                return client.messages.create(messages=messages, **params)
+
+            first = turn()
+            assert [block.type for block in first.content] == ["thinking", "text", "tool_use"]
+            assert first.content[0].thinking == "Let me think."
+            assert first.content[2].input == {"city": "Paris"}
+            assert first.content[2].id == "toolu_9"
+            assert first.stop_reason == "tool_use"
+            messages += [
+                {
+                    "role": "assistant",
+                    "content": [b.model_dump(exclude_none=True) for b in first.content],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "toolu_9", "content": "18C"}
+                    ],
+                },
+            ]
+            second = turn()
+    assert second.content[0].text == "Sunny and warm"
+    assert second.stop_reason == "max_tokens"
+    assert server.script == []
+    sent = server.received
+    assert sent[0]["stop"] == ["###"]
+    assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["get_weather"]
+    tool_message = [m for m in sent[1]["messages"] if m["role"] == "tool"]
+    assert tool_message == [{"role": "tool", "tool_call_id": "toolu_9", "content": "18C"}]
