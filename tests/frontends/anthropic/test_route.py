@@ -105,3 +105,21 @@ def test_errors_are_in_anthropics_envelope() -> None:
     assert "max_tokens" in no_tokens.json()["error"]["message"]
     assert counted.status_code == 200
     assert counted.json()["input_tokens"] > 0
+
+
+def test_unknown_paths_and_methods_under_messages_are_in_anthropics_envelope() -> None:
+    with in_process(create_app(Settings(), upstream=ScriptedUpstream([]))) as client:
+        unknown = client.post("/v1/messages/batches", json=BODY)
+        wrong_method = client.get("/v1/messages")
+        elsewhere = client.get("/v1/nothing-here")
+    assert unknown.status_code == 404
+    assert unknown.json()["error"]["type"] == "not_found_error"
+    assert wrong_method.status_code == 405
+    assert wrong_method.json() == {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "Method GET is not allowed on this path",
+        },
+    }
+    assert elsewhere.json()["error"]["code"] == "not_found"
