@@ -3,7 +3,8 @@ same service as ``/v1/responses`` (the translation is ``app.frontends.anthropic`
 
 Claude Code adds ``?beta=true`` and ``anthropic-beta`` headers: both are accepted and ignored.
 The credential is ``x-api-key`` or ``Authorization: Bearer``, forwarded to the upstream as a
-bearer token. Every error, the gateway's or the upstream's, is in Anthropic's envelope.
+bearer token. Every error, the gateway's or the upstream's, is in Anthropic's envelope
+(``app.api.errors`` answers so for every ``/v1/messages`` path).
 """
 
 from __future__ import annotations
@@ -18,11 +19,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
-from app.api.errors import log_refusal
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
-from app.errors import GatewayError
-from app.frontends.anthropic.errors import error_body, error_envelope
+from app.frontends.anthropic.errors import error_body
 from app.frontends.anthropic.requests import to_responses
 from app.frontends.anthropic.responses import to_message
 from app.frontends.anthropic.stream import MessageStream
@@ -42,16 +41,6 @@ def upstream_headers(request: Request) -> dict[str, str]:
     return headers
 
 
-def _error_response(request: Request, error: Exception) -> Response:
-    if not isinstance(error, GatewayError):
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
-        message = "The server had an error while processing your request."
-        return JSONResponse(error_body(500, message), status_code=500)
-    status, body = error_envelope(error)
-    log_refusal(request, status, error, loud=error.log_each)
-    return JSONResponse(body, status_code=status)
-
-
 async def _frames(
     events: AsyncIterator[JsonObject], translator: MessageStream
 ) -> AsyncIterator[bytes]:
@@ -68,13 +57,6 @@ async def _frames(
 
 
 async def create_message(request: Request) -> Response:
-    try:
-        return await _create_message(request)
-    except Exception as error:
-        return _error_response(request, error)
-
-
-async def _create_message(request: Request) -> Response:
     state = gateway_state(request)
     body = await read_json_object(request, state.settings.max_body_bytes)
     translated = to_responses(body)
@@ -97,13 +79,10 @@ async def _create_message(request: Request) -> Response:
 
 
 async def count_tokens(request: Request) -> Response:
-    try:
-        state = gateway_state(request)
-        body = await read_json_object(request, state.settings.max_body_bytes)
-        translated = to_responses({"max_tokens": 1, **body, "stream": False})
-        return JSONResponse({"input_tokens": estimate_input_tokens(translated.body)})
-    except Exception as error:
-        return _error_response(request, error)
+    state = gateway_state(request)
+    body = await read_json_object(request, state.settings.max_body_bytes)
+    translated = to_responses({"max_tokens": 1, **body, "stream": False})
+    return JSONResponse({"input_tokens": estimate_input_tokens(translated.body)})
 
 
 ROUTES = [
