@@ -351,3 +351,24 @@ def test_over_a_chat_completions_upstream(stream: bool) -> None:
     assert [tool["function"]["name"] for tool in sent[0]["tools"]] == ["get_weather"]
     tool_message = [m for m in sent[1]["messages"] if m["role"] == "tool"]
     assert tool_message == [{"role": "tool", "tool_call_id": "toolu_9", "content": "18C"}]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_display_omitted(sdk: Any, stream: bool) -> None:
+    client = sdk(ScriptedUpstream([[reasoning("Secret musings."), message("42")]]))
+    params: dict[str, Any] = {
+        "model": MODEL,
+        "max_tokens": 4096,
+        "thinking": {"type": "adaptive", "display": "omitted"},
+        "messages": [{"role": "user", "content": "The answer?"}],
+    }
+    if stream:
+        with client.messages.stream(**params) as events:
+            deltas = [e.delta.type for e in events if e.type == "content_block_delta"]
+            final = events.get_final_message()
+        assert "thinking_delta" not in deltas
+    else:
+        final = client.messages.create(**params)
+    assert [block.type for block in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking == ""
+    assert final.content[1].text == "42"

@@ -66,7 +66,9 @@ async def create_message(request: Request) -> Response:
     headers = upstream_headers(request)
     if translated.stream:
         events = await state.service.open_stream(parsed, headers)
-        translator = MessageStream(translated.model, translated.stop_sequences)
+        translator = MessageStream(
+            translated.model, translated.stop_sequences, translated.omit_thinking
+        )
         return EventSourceResponse(_frames(events, translator), ping=15, sep="\n")
     response = await state.service.create(parsed, headers)
     if response.get("status") == "failed":
@@ -74,7 +76,12 @@ async def create_message(request: Request) -> Response:
         message = str(error.get("message") or "The upstream failed to produce a response.")
         logger.warning("%s %s -> 500 api_error: %s", request.method, request.url.path, message)
         return JSONResponse(error_body(500, message), status_code=500)
-    message_body = to_message(response, translated.model, translated.stop_sequences)
+    message_body = to_message(
+        response,
+        translated.model,
+        translated.stop_sequences,
+        omit_thinking=translated.omit_thinking,
+    )
     return Response(orjson.dumps(message_body), media_type="application/json")
 
 

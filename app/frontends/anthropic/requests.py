@@ -43,6 +43,8 @@ class MessagesRequest:
     model: str
     stream: bool
     stop_sequences: tuple[str, ...]
+    # ``thinking.display: "omitted"``: thinking blocks come back without their text.
+    omit_thinking: bool = False
 
 
 def to_responses(messages_body: JsonObject) -> MessagesRequest:
@@ -88,7 +90,9 @@ def to_responses(messages_body: JsonObject) -> MessagesRequest:
     reasoning = _reasoning(messages_body)
     if reasoning is not None:
         body["reasoning"] = reasoning
-    return MessagesRequest(body, model, stream, stops)
+    thinking = messages_body.get("thinking")
+    omit = isinstance(thinking, dict) and thinking.get("display") == "omitted"
+    return MessagesRequest(body, model, stream, stops, omit)
 
 
 def _list(body: JsonObject, name: str) -> list[Any]:

@@ -138,10 +138,17 @@ def usage(response_usage: Any) -> JsonObject:
 
 
 def to_message(
-    response: JsonObject, model: str, stop_sequences: tuple[str, ...] = ()
+    response: JsonObject,
+    model: str,
+    stop_sequences: tuple[str, ...] = (),
+    *,
+    omit_thinking: bool = False,
 ) -> JsonObject:
-    """The ``Message`` for a final response; ``model`` is the name the client asked for."""
+    """The ``Message`` for a final response; ``model`` is the name the client asked for;
+    ``omit_thinking``: thinking blocks without their text (``thinking.display: "omitted"``)."""
     content = [block for item in response.get("output") or [] for block in content_blocks(item)]
+    if omit_thinking:
+        content = [{**b, "thinking": ""} if b["type"] == "thinking" else b for b in content]
     reason, sequence = stop_details(response, stop_sequences)
     return {
         "id": message_id(str(response.get("id") or "")),

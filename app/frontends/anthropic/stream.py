@@ -45,6 +45,8 @@ class MessageStream:
 
     model: str
     stop_sequences: tuple[str, ...] = ()
+    # ``thinking.display: "omitted"``: thinking blocks open and close with no thinking deltas.
+    omit_thinking: bool = False
     _next_index: int = 0
     # Open blocks by key: (item_id, content_index) for text, item_id for reasoning and calls.
     _open: dict[tuple[str, int], _Block] = field(default_factory=dict)
@@ -61,7 +63,8 @@ class MessageStream:
         if kind in _TEXT_DELTAS:
             return self._delta(event, "text", "text_delta", "text")
         if kind in _THINKING_DELTAS:
-            return self._delta(event, "thinking", "thinking_delta", "thinking")
+            delta = {**event, "delta": ""} if self.omit_thinking else event
+            return self._delta(delta, "thinking", "thinking_delta", "thinking")
         if kind == "response.function_call_arguments.delta":
             return self._delta(event, "tool_use", "input_json_delta", "partial_json")
         if kind == "response.output_item.added":
@@ -200,8 +203,12 @@ class MessageStream:
         if block is None or kind not in ("reasoning", "function_call"):
             return []
         events = []
-        if kind == "reasoning" and not block.streamed and reasoning_text(item):
-            delta = {"type": "thinking_delta", "thinking": reasoning_text(item)}
+        if kind == "reasoning" and not block.streamed and not self.omit_thinking:
+            text = reasoning_text(item)
+        else:
+            text = ""
+        if text:
+            delta = {"type": "thinking_delta", "thinking": text}
             events.append({"type": "content_block_delta", "index": block.index, "delta": delta})
         if kind == "reasoning" and isinstance(item.get("encrypted_content"), str):
             delta = {"type": "signature_delta", "signature": item["encrypted_content"]}
