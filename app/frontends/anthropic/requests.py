@@ -207,14 +207,17 @@ def _block_item(block: JsonObject, param: str) -> JsonObject | None:
         thinking = block.get("thinking")
         if not isinstance(thinking, str):
             raise invalid(f"{param}.thinking", "Field required (a string).")
+        signature = block.get("signature")
+        # OpenAI's encrypted reasoning, which ``responses`` puts in the signature.
+        encrypted = isinstance(signature, str) and signature.startswith("gAAAA")
+        if not thinking and not encrypted:
+            return None  # nothing to carry (``display: "omitted"`` gave it no text)
         item: JsonObject = {
             "type": "reasoning",
             "summary": [],
             "content": [{"type": "reasoning_text", "text": thinking}],
         }
-        signature = block.get("signature")
-        if isinstance(signature, str) and signature.startswith("gAAAA"):
-            # OpenAI's encrypted reasoning, which ``responses`` puts in the signature.
+        if encrypted:
             item["encrypted_content"] = signature
         return item
     return None
@@ -229,11 +232,11 @@ def _content_part(role: str, block: JsonObject, param: str) -> JsonObject | None
         return _image(block.get("source"), f"{param}.source")
     if kind == "document":
         return _document(block, param)
-    if kind in ("redacted_thinking", "server_tool_use") or kind.startswith(
+    if kind in ("thinking", "redacted_thinking", "server_tool_use") or kind.startswith(
         ("mcp_tool_", "web_search_tool_result")
     ):
-        # Anthropic's own encrypted reasoning, and server-tool calls and results already folded
-        # into the assistant's text: nothing an upstream could read.
+        # Thinking without text, Anthropic's own encrypted reasoning, and server-tool calls and
+        # results already folded into the assistant's text: nothing an upstream could read.
         return None
     # An unknown block is carried through: the upstream decides.
     return dict(block)

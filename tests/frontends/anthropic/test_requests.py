@@ -93,6 +93,7 @@ def test_assistant_turn_with_thinking_text_and_tool_use_then_results() -> None:
             "content": [
                 {"type": "thinking", "thinking": "hmm", "signature": "sig"},
                 {"type": "redacted_thinking", "data": "xx"},
+                {"type": "thinking", "thinking": "", "signature": ""},
                 {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
                 {"type": "text", "text": "Running."},
                 {"type": "tool_use", "id": "toolu_1", "name": "run", "input": {"a": 1}},
