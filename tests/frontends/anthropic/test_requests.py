@@ -286,3 +286,25 @@ def test_bad_requests_name_the_field(fields: dict[str, Any], param: str) -> None
         to_responses(body(**fields))
     assert caught.value.param == param
     assert caught.value.status_code == 400
+
+
+def test_documents() -> None:
+    content = [
+        {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "abc"}},
+        {
+            "type": "document",
+            "title": "spec.pdf",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"},
+        },
+        {"type": "document", "source": {"type": "url", "url": "https://x/d.pdf"}},
+    ]
+    request = to_responses(body(messages=[{"role": "user", "content": content}]))
+    assert request.body["input"][0]["content"] == [
+        {"type": "input_text", "text": "abc"},
+        {
+            "type": "input_file",
+            "filename": "spec.pdf",
+            "file_data": "data:application/pdf;base64,JVBE",
+        },
+        {"type": "input_file", "file_url": "https://x/d.pdf"},
+    ]

@@ -123,3 +123,11 @@ def test_unknown_paths_and_methods_under_messages_are_in_anthropics_envelope() -
         },
     }
     assert elsewhere.json()["error"]["code"] == "not_found"
+
+
+def test_a_failed_response_is_an_api_error() -> None:
+    failed = {"status": "failed", "output": [], "error": {"code": "server_error", "message": "oom"}}
+    with in_process(create_app(Settings(), upstream=FakeUpstream(body=failed))) as client:
+        reply = client.post("/v1/messages", json=BODY)
+    assert reply.status_code == 500
+    assert reply.json() == {"type": "error", "error": {"type": "api_error", "message": "oom"}}
