@@ -20,6 +20,7 @@ from app.api.routes import (
     conversations,
     files,
     health,
+    messages,
     models,
     responses,
     responses_ws,
@@ -331,6 +332,7 @@ def create_app(
     app.router.routes.extend(responses.HOT_ROUTES)
     app.router.routes.extend(responses_ws.ROUTES)
     app.router.routes.extend(chat.ROUTES)
+    app.router.routes.extend(messages.ROUTES)
     app.include_router(responses.router)
     app.include_router(conversations.router)
     app.include_router(files.router)

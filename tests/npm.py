@@ -1,8 +1,8 @@
-"""npm packages the tests run (server-everything, Codex CLI): each pinned in a folder of its own
-with package.json and package-lock.json, installed there by ``npm ci`` (node_modules is
-git-ignored). ``scripts/provision`` (run by ``.ci/run``) installs them before the tests;
-``ensure_npm_package`` does it when they are missing, so a plain ``pytest`` works on a fresh
-machine with Node.js."""
+"""npm packages the tests run (server-everything, Codex CLI, Claude Code CLI): each pinned in a
+folder of its own with package.json and package-lock.json, installed there by ``npm ci``
+(node_modules is git-ignored). ``scripts/provision`` (run by ``.ci/run``) installs them before
+the tests; ``ensure_npm_package`` does it when they are missing, so a plain ``pytest`` works on a
+fresh machine with Node.js."""
 
 from __future__ import annotations
 

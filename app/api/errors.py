@@ -1,4 +1,5 @@
-"""Every error leaves the gateway in OpenAI's envelope ``{"error": {...}}``, and one log line.
+"""Every error leaves the gateway in OpenAI's envelope ``{"error": {...}}`` (Anthropic's on the
+Messages paths, ``/v1/messages...``), and one log line.
 
 Each refused or failed request is logged once, on ``app.api.errors``: method, path, status,
 the error's type, code and param, and its message (INFO for a 4xx, WARNING for a 5xx), so an
@@ -8,6 +9,7 @@ operator sees why a client failed without the client's help. A request body is n
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -17,6 +19,20 @@ from starlette.responses import JSONResponse, Response
 
 from app.api.body import format_loc
 from app.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
+from app.frontends.anthropic.errors import error_envelope
+
+# Anthropic's Messages API: errors on its paths are in Anthropic's envelope.
+_ANTHROPIC_PREFIX = "/v1/messages"
+
+
+def _reply(
+    request: Request, error: GatewayError, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    if request.url.path.startswith(_ANTHROPIC_PREFIX):
+        status, body = error_envelope(error)
+        return JSONResponse(body, status_code=status, headers=headers)
+    return JSONResponse(error.to_envelope(), status_code=error.status_code, headers=headers)
+
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +59,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     # ``log_each`` False: the adapter logged the details once; each request still leaves a line.
     log_refusal(request, exc.status_code, exc, loud=exc.log_each)
-    return JSONResponse(exc.to_envelope(), status_code=exc.status_code)
+    return _reply(request, exc)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -57,7 +73,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     else:
         error = GatewayError(str(exc.detail), status_code=exc.status_code)
     log_refusal(request, error.status_code, error)
-    return JSONResponse(error.to_envelope(), status_code=error.status_code, headers=exc.headers)
+    return _reply(request, error, exc.headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:
@@ -66,13 +82,13 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     param = format_loc(tuple(part for part in first["loc"] if part not in ("body", "query")))
     error = InvalidRequestError(f"Invalid value for '{param}': {first['msg']}.", param=param)
     log_refusal(request, 400, error)
-    return JSONResponse(error.to_envelope(), status_code=400)
+    return _reply(request, error)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
     error = GatewayError("The server had an error while processing your request.")
-    return JSONResponse(error.to_envelope(), status_code=500)
+    return _reply(request, error)
 
 
 def install_error_handlers(app: FastAPI) -> None:

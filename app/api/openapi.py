@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, ConfigDict
 
+from app.api import openapi_messages
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import CreateResponseRequest
 
@@ -132,6 +133,7 @@ _MODELS: tuple[type[BaseModel], ...] = (
     ChatCompletionRequest,
     ChatCompletion,
     ErrorEnvelope,
+    *openapi_messages.MODELS,
 )
 
 
@@ -149,7 +151,7 @@ def build_openapi(app: FastAPI) -> JsonObject:
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
     paths: JsonObject = spec.setdefault("paths", {})
-    for path, item in HOT_PATHS.items():
+    for path, item in {**HOT_PATHS, **openapi_messages.PATHS}.items():
         paths.setdefault(path, {}).update(item)
     return spec
 

@@ -1,0 +1,98 @@
+"""``POST /v1/messages`` and ``/v1/messages/count_tokens``: Anthropic's Messages API over the
+same service as ``/v1/responses`` (the translation is ``app.frontends.anthropic``).
+
+Claude Code adds ``?beta=true`` and ``anthropic-beta`` headers: both are accepted and ignored.
+The credential is ``x-api-key`` or ``Authorization: Bearer``, forwarded to the upstream as a
+bearer token. Every error, the gateway's or the upstream's, is in Anthropic's envelope
+(``app.api.errors`` answers so for every ``/v1/messages`` path).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import orjson
+from sse_starlette import EventSourceResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from app.api.body import read_json_object, validate
+from app.api.routes.responses import client_headers
+from app.api.state import gateway_state
+from app.frontends.anthropic.errors import error_body
+from app.frontends.anthropic.requests import to_responses
+from app.frontends.anthropic.responses import to_message
+from app.frontends.anthropic.stream import MessageStream
+from app.frontends.anthropic.tokens import estimate_input_tokens
+from app.protocol.json_types import JsonObject
+from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_create_request
+
+logger = logging.getLogger(__name__)
+
+
+def upstream_headers(request: Request) -> dict[str, str]:
+    """The client's headers for the upstream, with ``x-api-key`` as a bearer credential."""
+    headers = client_headers(request)
+    api_key = request.headers.get("x-api-key")
+    if api_key and "authorization" not in headers:
+        headers["authorization"] = f"Bearer {api_key}"
+    return headers
+
+
+async def _frames(
+    events: AsyncIterator[JsonObject], translator: MessageStream
+) -> AsyncIterator[bytes]:
+    try:
+        async for event in events:
+            for out in translator.feed(event):
+                yield b"event: " + out["type"].encode() + b"\ndata: " + orjson.dumps(out) + b"\n\n"
+            if translator.finished:
+                break
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def create_message(request: Request) -> Response:
+    state = gateway_state(request)
+    body = await read_json_object(request, state.settings.max_body_bytes)
+    translated = to_responses(body)
+    params = validate(CreateResponseRequest, translated.body)
+    check_create_request(params)
+    parsed = ParsedRequest(params, translated.body)
+    headers = upstream_headers(request)
+    if translated.stream:
+        events = await state.service.open_stream(parsed, headers)
+        translator = MessageStream(
+            translated.model, translated.stop_sequences, translated.omit_thinking
+        )
+        return EventSourceResponse(_frames(events, translator), ping=15, sep="\n")
+    response = await state.service.create(parsed, headers)
+    if response.get("status") == "failed":
+        error = response.get("error") or {}
+        message = str(error.get("message") or "The upstream failed to produce a response.")
+        logger.warning("%s %s -> 500 api_error: %s", request.method, request.url.path, message)
+        return JSONResponse(error_body(500, message), status_code=500)
+    message_body = to_message(
+        response,
+        translated.model,
+        translated.stop_sequences,
+        omit_thinking=translated.omit_thinking,
+    )
+    return Response(orjson.dumps(message_body), media_type="application/json")
+
+
+async def count_tokens(request: Request) -> Response:
+    state = gateway_state(request)
+    body = await read_json_object(request, state.settings.max_body_bytes)
+    translated = to_responses({"max_tokens": 1, **body, "stream": False})
+    return JSONResponse({"input_tokens": estimate_input_tokens(translated.body)})
+
+
+ROUTES = [
+    Route("/v1/messages", create_message, methods=["POST"]),
+    Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+]
