@@ -53,8 +53,10 @@ def to_responses(messages_body: JsonObject) -> MessagesRequest:
     if not isinstance(model, str) or not model:
         raise invalid("model", "Field required (a model name).")
     max_tokens = messages_body.get("max_tokens")
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+    if max_tokens is None:
         raise invalid("max_tokens", "Field required (an integer >= 1).")
+    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 1:
+        raise invalid("max_tokens", f"Input should be an integer >= 1, not {max_tokens!r}.")
     stream = messages_body.get("stream", False)
     if not isinstance(stream, bool):
         raise invalid("stream", "Input should be a valid boolean.")

@@ -288,6 +288,16 @@ def test_bad_requests_name_the_field(fields: dict[str, Any], param: str) -> None
     assert caught.value.status_code == 400
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [(None, "Field required"), ("x", "not 'x'"), (True, "not True"), (0, "not 0")],
+)
+def test_max_tokens_says_whether_it_is_missing_or_malformed(value: Any, says: str) -> None:
+    with pytest.raises(InvalidRequestError) as caught:
+        to_responses(body(max_tokens=value))
+    assert says in caught.value.message
+
+
 def test_documents() -> None:
     content = [
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "abc"}},
