@@ -15,12 +15,11 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from app.protocol.json_types import JsonObject
 from tests.clients.scripted_upstream import (
@@ -30,6 +29,7 @@ from tests.clients.scripted_upstream import (
     PATCH_DONE_TEXT,
     PATCH_FILE,
     SHELL_TOOLS,
+    ScriptedServer,
 )
 
 SEARCH_QUERY = "calendar"
@@ -37,28 +37,12 @@ SEARCH_DONE_TEXT = "The tool search ran."
 
 
 @dataclass
-class ScriptedChatUpstream:
-    """Records every chat request body; ``app`` serves them."""
+class ScriptedChatUpstream(ScriptedServer):
+    """A chat-completions server: records every chat request body; ``app`` serves them."""
 
-    model: str = "scripted-model"
-    requests: list[JsonObject] = field(default_factory=list)
+    inference_path: ClassVar[str] = "/v1/chat/completions"
 
-    def app(self) -> Starlette:
-        return Starlette(
-            routes=[
-                Route("/v1/chat/completions", self._chat, methods=["POST"]),
-                Route("/v1/models", self._models, methods=["GET"]),
-                Route("/health", self._health, methods=["GET"]),
-            ]
-        )
-
-    async def _health(self, request: Request) -> Response:
-        return Response(status_code=200)
-
-    async def _models(self, request: Request) -> Response:
-        return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
-
-    async def _chat(self, request: Request) -> Response:
+    async def _infer(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(copy.deepcopy(body))
         message = self.answer(body)

@@ -8,6 +8,7 @@ import copy
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -28,16 +29,18 @@ PATCH_DONE_TEXT = f"Created {PATCH_FILE}."
 
 
 @dataclass
-class ScriptedUpstream:
-    """Records every request body; ``app`` serves them."""
+class ScriptedServer:
+    """What every scripted model server shares: it records each inference request body, lists
+    its one model and is healthy. A subclass names its inference route and answers it."""
 
     model: str = "scripted-model"
     requests: list[JsonObject] = field(default_factory=list)
+    inference_path: ClassVar[str] = "/v1/responses"
 
     def app(self) -> Starlette:
         return Starlette(
             routes=[
-                Route("/v1/responses", self._responses, methods=["POST"]),
+                Route(self.inference_path, self._infer, methods=["POST"]),
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/health", self._health, methods=["GET"]),
             ]
@@ -49,7 +52,15 @@ class ScriptedUpstream:
     async def _models(self, request: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model"}]})
 
-    async def _responses(self, request: Request) -> Response:
+    async def _infer(self, request: Request) -> Response:
+        raise NotImplementedError
+
+
+@dataclass
+class ScriptedUpstream(ScriptedServer):
+    """A Responses-API server: records every request body; ``app`` serves them."""
+
+    async def _infer(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(copy.deepcopy(body))
         items = self.answer(body)
