@@ -137,41 +137,37 @@ class ItemEvents:
         return events
 
     def _on_text_delta(self, event: UpstreamEvent) -> list[StreamEvent]:
-        items = self.items
-        kind = _delta_part_type(event["type"])
-        slot, events = items.slot_for(event, _PART_OWNER[kind])
-        position, opened = items.part_for(slot, event, kind)
-        events.extend(opened)
-        field = "refusal" if kind == "refusal" else "text"
-        part = items.output[slot.index]["content"][position]
+        field, part, events, out = self._text_event(event)
         delta = event.get("delta", "")
         part[field] = (part.get(field) or "") + delta
-        out = _copy_event(event, event["type"])
-        out.update(items.part_address(slot, position))
         out["delta"] = delta
-        if kind == "output_text" and out.get("logprobs") is None:
-            out["logprobs"] = []
-        events.append(out)
         return events
 
     def _on_text_done(self, event: UpstreamEvent) -> list[StreamEvent]:
+        field, part, events, out = self._text_event(event)
+        final = event.get("refusal") if field == "refusal" else event.get("text")
+        if final is not None:
+            part[field] = final
+        out[field] = part.get(field, "")
+        return events
+
+    def _text_event(
+        self, event: UpstreamEvent
+    ) -> tuple[str, JsonObject, list[StreamEvent], JsonObject]:
+        """What a text or refusal delta/done event shares: its part (opened when it is new), the
+        events so far with the client's copy of this one last, and the part's field."""
         items = self.items
         kind = _delta_part_type(event["type"])
         slot, events = items.slot_for(event, _PART_OWNER[kind])
         position, opened = items.part_for(slot, event, kind)
         events.extend(opened)
-        field = "refusal" if kind == "refusal" else "text"
         part = items.output[slot.index]["content"][position]
-        final = event.get("refusal") if kind == "refusal" else event.get("text")
-        if final is not None:
-            part[field] = final
         out = _copy_event(event, event["type"])
         out.update(items.part_address(slot, position))
-        out[field] = part.get(field, "")
         if kind == "output_text" and out.get("logprobs") is None:
             out["logprobs"] = []
         events.append(out)
-        return events
+        return ("refusal" if kind == "refusal" else "text"), part, events, out
 
     def _on_annotation(self, event: UpstreamEvent) -> list[StreamEvent]:
         items = self.items
