@@ -17,12 +17,17 @@ patch its cached matrices (``patched``) instead of dropping them.
 from __future__ import annotations
 
 import asyncio
+from abc import abstractmethod
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+
+from app.files.fusion import RankedIndex, semantic_hits
+from app.files.ports import SearchHit
 
 # Matrix products (and cache patches) over this many rows leave the event loop.
 THREAD_MIN_ROWS = 20_000
@@ -205,3 +210,31 @@ class MatrixCache:
             else:
                 new_entry = patched(entry, file_id, ids, vectors, new)
             self.put(key, new_entry)
+
+
+class MatrixIndex(RankedIndex):
+    """A ``RankedIndex`` whose semantic ranking is exact, over a store's cached matrix: what
+    ``SqliteVectorIndex`` and ``PgArrayIndex`` share. Each says how it reads the matrix and
+    the chunks' rows by id."""
+
+    @abstractmethod
+    async def _matrix(self, vector_store_id: str, dim: int) -> Matrix: ...
+
+    @abstractmethod
+    async def _rows_by_ids(self, ids: list[int]) -> Mapping[int, Sequence[Any]]:
+        """Each chunk's row ``(id, file_id, position, text)`` by id (a deleted one: none)."""
+
+    async def semantic(
+        self,
+        vector_store_id: str,
+        embedding: list[float],
+        limit: int,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        """The ``limit`` chunks nearest to ``embedding`` (exact), best first."""
+        query = query_vector(embedding)
+        matrix = await self._matrix(vector_store_id, int(query.size))
+        ids, scores = await top_rows(matrix, query, limit, file_ids)
+        if not ids:
+            return []
+        return semantic_hits(ids, scores, await self._rows_by_ids(ids))

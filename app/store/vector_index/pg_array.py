@@ -31,7 +31,6 @@ import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from app.files.fusion import RankedIndex, semantic_hits
 from app.files.ports import IndexedChunk, SearchHit
 from app.store.vector_index import pg_shared
 from app.store.vector_index.matrix import (
@@ -39,9 +38,8 @@ from app.store.vector_index.matrix import (
     FloatArray,
     Matrix,
     MatrixCache,
+    MatrixIndex,
     matrix_of,
-    query_vector,
-    top_rows,
 )
 from app.store.vector_index.pg_shared import DELETE_FILE, DELETE_STORE
 
@@ -86,7 +84,7 @@ def _build_matrix(version: int | None, dim: int, rows: Sequence[Sequence[Any]]) 
     return matrix_of(version, [row[0] for row in rows], [row[1] for row in rows], vectors)
 
 
-class PgArrayIndex(RankedIndex):
+class PgArrayIndex(MatrixIndex):
     """The ``VectorIndex`` port on a PostgreSQL engine (``create_engine_for``) whose
     ``chunks.embedding`` is ``real[]``. The engine is the caller's; ``cache_bytes`` bounds the
     cached embedding matrices."""
@@ -161,22 +159,9 @@ class PgArrayIndex(RankedIndex):
     async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
         return await pg_shared.file_chunks(self._engine, vector_store_id, file_id)
 
-    async def semantic(
-        self,
-        vector_store_id: str,
-        embedding: list[float],
-        limit: int,
-        file_ids: list[str] | None = None,
-    ) -> list[SearchHit]:
-        """The ``limit`` chunks nearest to ``embedding`` (exact), best first."""
-        query = query_vector(embedding)
-        matrix = await self._matrix(vector_store_id, int(query.size))
-        ids, scores = await top_rows(matrix, query, limit, file_ids)
-        if not ids:
-            return []
+    async def _rows_by_ids(self, ids: list[int]) -> dict[int, Sequence[Any]]:
         async with self._engine.connect() as conn:
-            found = {int(row[0]): row for row in await conn.execute(_BY_IDS, {"ids": ids})}
-        return semantic_hits(ids, scores, found)
+            return {int(row[0]): row for row in await conn.execute(_BY_IDS, {"ids": ids})}
 
     async def keyword(
         self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None

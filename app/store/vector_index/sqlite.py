@@ -38,17 +38,15 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.files.fusion import (
-    RankedIndex,
     keyword_score,
     query_terms,
-    semantic_hits,
 )
 from app.files.ports import IndexedChunk, SearchHit
 from app.store import tables
 from app.store.engine import SQLITE_BEGIN, json_dumps
 from app.store.inline import InlineSqliteReader, inline_database_path
 from app.store.tables import chunk_versions
-from app.store.vector_index.matrix import Matrix, MatrixCache, matrix_of, query_vector, top_rows
+from app.store.vector_index.matrix import Matrix, MatrixCache, MatrixIndex, matrix_of
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +84,7 @@ def _build_matrix(version: int | None, dim: int, rows: Sequence[Sequence[Any]]) 
     return matrix_of(version, [row[0] for row in kept], [row[1] for row in kept], vectors)
 
 
-class SqliteVectorIndex(RankedIndex):
+class SqliteVectorIndex(MatrixIndex):
     """The ``VectorIndex`` port on the SQLite engine of the store (``create_engine_for``).
 
     The engine is the caller's; ``cache_bytes`` bounds the cached embedding matrices."""
@@ -227,21 +225,9 @@ class SqliteVectorIndex(RankedIndex):
             )
             return [str(chunk_text) for chunk_text in result.scalars()]
 
-    async def semantic(
-        self,
-        vector_store_id: str,
-        embedding: list[float],
-        limit: int,
-        file_ids: list[str] | None = None,
-    ) -> list[SearchHit]:
-        """The ``limit`` chunks nearest to ``embedding`` (exact), best first."""
-        query = query_vector(embedding)
-        matrix = await self._matrix(vector_store_id, int(query.size))
-        ids, scores = await top_rows(matrix, query, limit, file_ids)
-        if not ids:
-            return []
+    async def _rows_by_ids(self, ids: list[int]) -> dict[int, Sequence[Any]]:
         fetched = await self._fetch(_BY_IDS_SQL, (json_dumps(ids),))
-        return semantic_hits(ids, scores, {int(row[0]): row for row in fetched})
+        return {int(row[0]): row for row in fetched}
 
     async def keyword(
         self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
