@@ -15,6 +15,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.core.loop import clamp_rounds
 from app.tools.hosted import HostedToolPolicy
 from app.tools.mcp.spec import McpServerSpec, transport_for_url
 
@@ -204,7 +205,8 @@ class Settings(BaseSettings):
     wait_for_upstream: float = Field(default=0.0, ge=0)
 
     # The server-side tool loop.
-    tool_max_rounds: int = Field(default=10, ge=1, le=100)
+    # Clamped to [1, 32] (core.loop.clamp_rounds).
+    tool_max_rounds: int = 10
     tool_call_timeout: float = Field(default=60.0, gt=0)
     tool_max_concurrency: int = Field(default=5, ge=1, le=64)
     # Default: None, meaning upstream_read_timeout.
@@ -266,6 +268,11 @@ class Settings(BaseSettings):
         if len(defaults) > 1:
             raise ValueError(f"only one upstream can be the default ({', '.join(defaults)})")
         return self
+
+    @field_validator("tool_max_rounds")
+    @classmethod
+    def _clamp_rounds(cls, value: int) -> int:
+        return clamp_rounds(value)
 
     @field_validator("upstream_url")
     @classmethod

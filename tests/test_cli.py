@@ -59,10 +59,10 @@ def test_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_an_invalid_value_is_one_line_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = write(tmp_path / "respgate.toml", "port = 'x'\ntool_max_rounds = 0\n")
+    config = write(tmp_path / "respgate.toml", "port = 'x'\ntool_call_timeout = 0\n")
     line = fails_with(capsys, ["serve", "--config", str(config)])
     assert line.startswith(f"respgate: invalid configuration in {config}: port: ")
-    assert "; tool_max_rounds: " in line
+    assert "; tool_call_timeout: " in line
 
 
 @pytest.mark.parametrize("command", ["serve", "migrate"])

@@ -24,11 +24,18 @@ from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
-from app.core.jsoncopy import clone
 from app.core.observe import ToolCallEvent, ToolEvents, preview_of
 from app.core.ports import SingleResponseStream, Upstream, UpstreamEventStream
+from app.core.response import add_usage
 from app.core.round_view import RoundView, added_event, call_event, done_event
-from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
+from app.core.tools import (
+    BatchedToolExecutor,
+    GatewayCall,
+    PreparedTools,
+    ToolBatch,
+    ToolExecutor,
+    ToolResult,
+)
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
 from app.protocol.events import StreamEvent
 from app.protocol.items import FunctionCallItem
@@ -36,8 +43,14 @@ from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
-# A guard above any configured round cap: a loop never runs more inference rounds than this.
-HARD_MAX_ROUNDS = 100
+# The tool loop's iteration cap is clamped to [MIN_ROUNDS, HARD_MAX_ROUNDS] wherever it is set.
+MIN_ROUNDS = 1
+HARD_MAX_ROUNDS = 32
+
+
+def clamp_rounds(value: int) -> int:
+    """A round cap within [1, 32]."""
+    return max(MIN_ROUNDS, min(value, HARD_MAX_ROUNDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +59,9 @@ class LoopLimits:
     call_timeout: float = 60.0
     max_concurrency: int = 5
     round_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_rounds", clamp_rounds(self.max_rounds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +73,6 @@ class LoopRequest:
     stream: bool
     response_id: str
     max_tool_calls: int | None = None
-
-
-def add_usage(total: JsonObject | None, more: JsonObject | None) -> JsonObject | None:
-    """Token usage summed across rounds (nested ``*_details`` counts too)."""
-    if more is None:
-        return total
-    if total is None:
-        return clone(more)
-    out = clone(total)
-    for key, value in more.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            current = out.get(key)
-            out[key] = (current if isinstance(current, int | float) else 0) + value
-        elif isinstance(value, dict):
-            nested = out.get(key)
-            out[key] = add_usage(nested if isinstance(nested, dict) else {}, value)
-    return out
 
 
 class ToolLoop:
@@ -151,7 +148,7 @@ class ToolLoop:
                 yield event
         while True:
             self._round += 1
-            if self._round > min(self._limits.max_rounds, HARD_MAX_ROUNDS) + 1:
+            if self._round > self._limits.max_rounds + 1:
                 raise UpstreamProtocolError("the tool loop exceeded its round guard")
             async for event in self._run_round():
                 yield event
@@ -306,13 +303,33 @@ class ToolLoop:
             for kind in executor.presentation.running_events:
                 yield call_event(kind, call)
         semaphore = asyncio.Semaphore(self._limits.max_concurrency)
-        tasks = {
-            call.item_id: asyncio.create_task(self._run_one(call, executor, semaphore))
-            for call, executor in runnable
-        }
+        tasks: dict[str, asyncio.Task[ToolResult]] = {}
+        batched: dict[int, tuple[ToolBatch, list[tuple[GatewayCall, ToolExecutor]]]] = {}
+        for call, executor in runnable:
+            if isinstance(executor, BatchedToolExecutor):
+                group = batched.setdefault(id(executor.batch), (executor.batch, []))
+                group[1].append((call, executor))
+            else:
+                tasks[call.item_id] = asyncio.create_task(self._run_one(call, executor, semaphore))
+        batch_tasks = [
+            asyncio.create_task(self._run_batch(batch, group, semaphore))
+            for batch, group in batched.values()
+        ]
+        batch_results: dict[str, ToolResult] = {}
         try:
             for call, executor in pairs:
-                result = refused.get(call.item_id) or await tasks[call.item_id]
+                result = refused.get(call.item_id)
+                if result is None and call.item_id in tasks:
+                    result = await tasks[call.item_id]
+                while result is None:  # a batched call: its batch answers every call at once
+                    result = batch_results.get(call.item_id)
+                    if result is None:
+                        done, _ = await asyncio.wait(
+                            batch_tasks, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        for finished in done:
+                            batch_tasks.remove(finished)
+                            batch_results.update(finished.result())
                 for event in self._close_call(call, executor, result):
                     yield event
                 self._results_fed = True
@@ -324,8 +341,49 @@ class ToolLoop:
                     }
                 )
         finally:
-            for task in tasks.values():
-                task.cancel()
+            for single in tasks.values():
+                single.cancel()
+            for pending in batch_tasks:
+                pending.cancel()
+
+    async def _run_batch(
+        self,
+        batch: ToolBatch,
+        pairs: list[tuple[GatewayCall, ToolExecutor]],
+        semaphore: asyncio.Semaphore,
+    ) -> dict[str, ToolResult]:
+        """The calls of one batch, run together; every call gets a result."""
+        async with semaphore:
+            for call, _ in pairs:
+                self._observe("start", call)
+            started = time.perf_counter()
+            timeout = self._limits.call_timeout
+            try:
+                # A batch may run its calls one after another (an engine whose later calls
+                # read the earlier results): each call has its own timeout.
+                async with asyncio.timeout(timeout * len(pairs) + 1.0):
+                    results = await batch.run_batch([call for call, _ in pairs], timeout=timeout)
+                if len(results) != len(pairs):
+                    raise RuntimeError(f"{len(results)} results for {len(pairs)} calls")
+            except TimeoutError:
+                message = f"the tool calls timed out after {timeout * len(pairs):g} s"
+                results = [ex.error_result(c, message, status="failed") for c, ex in pairs]
+            except Exception as exc:  # a tool failure is data for the model, never a crash
+                logger.exception("tool batch failed", extra={"tool": pairs[0][0].name})
+                results = [
+                    ex.error_result(c, f"the tool failed: {exc}", status="failed")
+                    for c, ex in pairs
+                ]
+            elapsed = (time.perf_counter() - started) * 1000
+            for (call, _), result in zip(pairs, results, strict=True):
+                self._observe(
+                    "complete" if result.ok else "error",
+                    call,
+                    ok=result.ok,
+                    duration_ms=result.duration_ms if result.duration_ms is not None else elapsed,
+                    preview=result.preview or preview_of(result.model_output),
+                )
+            return {call.item_id: result for (call, _), result in zip(pairs, results, strict=True)}
 
     async def _run_one(
         self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore

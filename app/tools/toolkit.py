@@ -18,7 +18,14 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from app.core.tools import PreparedTools, ProviderTools, ToolExecutor, ToolProvider
+from app.core.tools import (
+    PreparedTools,
+    ProviderTools,
+    ToolContext,
+    ToolExecutor,
+    ToolProvider,
+    ToolRequest,
+)
 from app.errors import InvalidRequestError
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
@@ -158,16 +165,21 @@ class GatewayToolKit:
         return grouped, upstream_tools, dropped
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: ToolContext | None = None,
     ) -> PreparedTools:
         raw_tools = body.get("tools")
         tools = [t for t in raw_tools if isinstance(t, dict)] if isinstance(raw_tools, list) else []
         client_names = [str(t.get("name")) for t in tools if t.get("type") == "function"]
         names = NameTable(client_names)
+        request = ToolRequest(body, names, context or ToolContext("", ""))
         grouped, upstream_tools, dropped = self._sort(tools, self._hosted.policy(body))
         parts = await asyncio.gather(
             *(
-                p.prepare(grouped.get(id(p), []), history, new_input, names, body)
+                p.prepare(grouped.get(id(p), []), history, new_input, request)
                 for p in self._providers
             ),
             return_exceptions=True,

@@ -12,7 +12,7 @@ import pytest
 from app.core.loop import LoopLimits
 from app.core.observe import ToolCallEvent, ToolEvents
 from app.core.service import ResponsesService
-from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
+from app.core.tools import GatewayCall, PreparedTools, ToolContext, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import ParsedRequest
@@ -88,7 +88,11 @@ class FakeToolKit:
         )
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: ToolContext | None = None,
     ) -> PreparedTools:
         client = [t for t in body.get("tools") or [] if t.get("type") == "function"]
         functions = [

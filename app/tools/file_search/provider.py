@@ -26,6 +26,7 @@ from app.core.tools import (
     ToolExecutor,
     ToolKindSpec,
     ToolNames,
+    ToolRequest,
     ToolResult,
 )
 from app.errors import GatewayError, InvalidRequestError
@@ -271,13 +272,13 @@ class FileSearchToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
+        names = request.names
         out = ProviderTools()
         if not tools:
             return out
-        include = request.get("include") or []
+        include = request.body.get("include") or []
         citations = _Citations()
         for index, tool in tools:
             _check_tool(index, tool)

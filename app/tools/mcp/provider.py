@@ -18,7 +18,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
-from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames
+from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames, ToolRequest
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.tools.mcp.approvals import approved_calls
@@ -64,9 +64,9 @@ class McpToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
+        names = request.names
         out = ProviderTools()
         servers: dict[str, RequestServer] = {}
         for index, tool in tools:
