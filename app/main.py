@@ -27,6 +27,7 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.engines import ToolSessionStore
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
@@ -46,11 +47,11 @@ from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
+from app.tool_engines import build_tool_engines
 from app.tools.file_search.provider import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
-from app.tools.mcp.pool import McpSessionPool
 from app.tools.mcp.provider import McpToolProvider
-from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy
+from app.tools.mcp.servers import McpPolicy
 from app.tools.toolkit import GatewayToolKit
 from app.tools.web_search.backends import create_search_provider
 from app.tools.web_search.provider import WebSearchToolProvider
@@ -141,35 +142,24 @@ def build_toolkit(
     settings: Settings,
     vector_stores: VectorStoreSearch | None = None,
     upstream: Upstream | None = None,
+    tool_sessions: ToolSessionStore | None = None,
 ) -> tuple[GatewayToolKit, contextlib.AsyncExitStack]:
     """The gateway's tool providers, and what closes their resources with the app (the
     configured MCP servers' sessions, the web search provider's HTTP client); ``upstream``
     routes the per-upstream ``hosted_tools``."""
     mcp = settings.mcp
-    configured = {
-        server.label: ConfiguredMcpServer(
-            spec=server.to_spec(os.environ),
-            allowed_tools=server.allowed_tools,
-            require_approval=server.require_approval,
-            description=server.description,
-        )
-        for server in mcp.servers
-    }
-    pool = McpSessionPool(
-        {label: entry.spec for label, entry in configured.items()},
-        connect_timeout=mcp.connect_timeout,
-    )
+    engines = build_tool_engines(settings, upstream=upstream, store=tool_sessions)
     provider = McpToolProvider(
         policy=McpPolicy(
             allowed_hosts=list(mcp.allowed_hosts),
             allow_link_local=mcp.allow_link_local,
             connect_timeout=mcp.connect_timeout,
         ),
-        configured=configured,
-        pool=pool,
+        namespaces=engines.namespaces,
+        sessions=engines.sessions,
     )
     resources = contextlib.AsyncExitStack()
-    resources.push_async_callback(pool.aclose)
+    resources.push_async_callback(engines.resources.aclose)
     search = None
     if settings.web_search_provider is not None:
         search = create_search_provider(

@@ -18,7 +18,7 @@ from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
 from app.tools.mcp.errors import McpError
 from app.tools.mcp.outcomes import McpCallOutcome
-from app.tools.mcp.servers import RequestServer
+from app.tools.mcp.servers import RequestServer, ToolServer
 
 NAMESPACE = "mcp"
 ITEM_KINDS = (
@@ -57,7 +57,7 @@ def error_text(error: JsonObject) -> str:
     return f"Error: {error.get('message') or orjson.dumps(error).decode()}"
 
 
-def _execution_error(message: str) -> JsonObject:
+def execution_error(message: str) -> JsonObject:
     return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
 
 
@@ -66,7 +66,7 @@ class McpToolExecutor:
 
     presentation = PRESENTATION
 
-    def __init__(self, server: RequestServer | None, label: str, tool: str) -> None:
+    def __init__(self, server: ToolServer | None, label: str, tool: str) -> None:
         self._server = server
         self.label = label
         self.tool = tool
@@ -102,12 +102,12 @@ class McpToolExecutor:
         }
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
-        item = self._item(call, error=_execution_error(message), status=status)
+        item = self._item(call, error=execution_error(message), status=status)
         return ToolResult(item=item, model_output=f"Error: {message}", ok=False, preview=message)
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
         server = self._server
-        if server is None or self.tool not in server.tools:
+        if not isinstance(server, RequestServer) or self.tool not in server.tools:
             return self.error_result(
                 call,
                 f"tool '{self.tool}' is not available on MCP server '{self.label}'",

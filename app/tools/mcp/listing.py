@@ -15,7 +15,7 @@ from app.protocol.json_types import JsonObject
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.errors import McpError
 from app.tools.mcp.outcomes import McpToolInfo
-from app.tools.mcp.servers import RequestServer
+from app.tools.mcp.servers import RequestServer, ToolServer
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ class ToolListings:
     ) -> tuple[list[McpToolInfo], PreludeItem | None]:
         """The server's tools: from the history when it already listed them, else listed now
         (an ``mcp_list_tools`` item for the client either way it was listed)."""
-        previous = _previous_listing(history, server)
+        previous = previous_listing(history, server)
         if previous is not None:
             return previous, None
         item_id = new_id("mcpl")
@@ -73,7 +73,7 @@ class ToolListings:
         )
 
 
-def _previous_listing(history: list[JsonObject], server: RequestServer) -> list[McpToolInfo] | None:
+def previous_listing(history: list[JsonObject], server: ToolServer) -> list[McpToolInfo] | None:
     """The tools of the history's latest successful listing of this server, when it lists
     exactly what the current ``allowed_tools`` would (else the server is listed again)."""
     for item in reversed(history):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
 from app.tools.mcp.client import McpSession
@@ -58,6 +58,17 @@ class ServerTerms:
     allowed_tools: list[str] | None
     require_approval: Any
     description: str | None = None
+
+
+class ToolServer(Protocol):
+    """What a call's executor and the listing read of its server (a ``RequestServer``, or a
+    configured namespace: ``namespaces.NamespaceServer``)."""
+
+    label: str
+    allowed_tools: list[str] | None
+    tools: dict[str, McpToolInfo]
+
+    def approval_required(self, tool: McpToolInfo | None, name: str) -> bool: ...
 
 
 class RequestServer:

@@ -1,0 +1,101 @@
+"""Builds the gateway's tool engines and namespaces from the settings.
+
+Engines (``[tool_engines.<name>]``) are built once, in the order they are configured, and
+shared by every tool set that names them; the built-in engine ``mcp`` runs the ``[mcp]``
+servers. Each tool set (``[[tool_sets]]``, and every ``[mcp]`` server no tool set names)
+becomes a ``core.engines.Namespace``; a ``multi.MultiEngine`` routes each call to its
+namespace's engine and ``core.tool_sessions.ToolSessions`` keeps the sessions in the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from app.core.engines import Namespace, ToolEngine, ToolSessionStore, ToolSet
+from app.core.ports import Upstream
+from app.core.tool_sessions import ToolSessions
+from app.settings import Settings
+from app.tool_settings import ToolSetConfig
+from app.tools.engines.multi import MultiEngine, Route
+from app.tools.mcp.engine import McpEngine, McpToolSet
+from app.tools.mcp.pool import McpSessionPool
+
+MCP_ENGINE = "mcp"
+
+
+@dataclass(slots=True)
+class ToolEngines:
+    """What the MCP provider needs: the namespaces and the sessions of their engines."""
+
+    namespaces: dict[str, Namespace]
+    sessions: ToolSessions | None
+    pool: McpSessionPool
+    engines: dict[str, ToolEngine] = field(default_factory=dict)
+    resources: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
+
+
+def build_tool_engines(
+    settings: Settings,
+    *,
+    upstream: Upstream | None = None,
+    store: ToolSessionStore | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> ToolEngines:
+    """The engines, namespaces and session runner of ``settings`` (``store`` keeps the
+    sessions; ``None``: in memory). Raises ValueError naming what is misconfigured."""
+    env = os.environ if environ is None else environ
+    mcp = settings.mcp
+    pool = McpSessionPool(
+        {server.label: server.to_spec(env) for server in mcp.servers},
+        connect_timeout=mcp.connect_timeout,
+    )
+    built = ToolEngines(namespaces={}, sessions=None, pool=pool)
+    built.resources.push_async_callback(pool.aclose)
+    built.engines[MCP_ENGINE] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
+    for name, config in settings.tool_engines.items():
+        if config.kind == MCP_ENGINE:
+            built.engines[name] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
+            continue
+        raise ValueError(f"tool engine {name!r}: unknown kind {config.kind!r}")
+    placed = {t.mcp_server for t in settings.tool_sets}
+    for tool_set in settings.tool_sets:
+        built.namespaces[tool_set.namespace] = Namespace(
+            name=tool_set.namespace,
+            engine=tool_set.engine,
+            tools=_tool_set(tool_set, pool, settings),
+            mode=tool_set.mode,
+            allowed_tools=_tuple(tool_set.allowed_tools),
+            require_approval=tool_set.require_approval,
+            description=tool_set.description,
+        )
+    for server in mcp.servers:
+        if server.label in placed:
+            continue
+        built.namespaces[server.label] = Namespace(
+            name=server.label,
+            engine=MCP_ENGINE,
+            tools=McpToolSet(pool, server.label, server.label, list_timeout=30.0),
+            allowed_tools=_tuple(server.allowed_tools),
+            require_approval=server.require_approval,
+            description=server.description,
+        )
+    routes = {
+        name: Route(ns.engine, built.engines[ns.engine], ns.mode)
+        for name, ns in built.namespaces.items()
+    }
+    if routes:
+        built.sessions = ToolSessions(MultiEngine(routes), store)
+    return built
+
+
+def _tool_set(config: ToolSetConfig, pool: McpSessionPool, settings: Settings) -> ToolSet:
+    if config.mcp_server is not None:
+        return McpToolSet(pool, config.mcp_server, config.namespace, list_timeout=30.0)
+    raise ValueError(f"tool set {config.namespace!r}: this source is not supported yet")
+
+
+def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return tuple(values) if values is not None else None
