@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -138,6 +138,23 @@ def hosted_tools(settings: Settings, upstream: Upstream | None = None) -> Hosted
     return HostedTools(default, policy_for)
 
 
+def default_tool_sets(
+    settings: Settings, upstream: Upstream | None = None
+) -> Callable[[JsonObject], list[str]]:
+    """The tool sets a request gets without naming them: its upstream's ``tool_sets``, else
+    ``default_tool_sets``."""
+    by_upstream = {u.name: u.tool_sets for u in settings.resolved_upstreams() if u.tool_sets}
+    default = list(settings.default_tool_sets)
+    if not by_upstream or not isinstance(upstream, UpstreamRouter):
+        return lambda body: default
+    router = upstream
+
+    def tool_sets_for(body: JsonObject) -> list[str]:
+        return by_upstream.get(router.route_for(body.get("model")).name, default)
+
+    return tool_sets_for
+
+
 def build_toolkit(
     settings: Settings,
     vector_stores: VectorStoreSearch | None = None,
@@ -178,7 +195,9 @@ def build_toolkit(
     web_search = WebSearchToolProvider(search, max_results=settings.web_search_max_results)
     file_search = FileSearchToolProvider(vector_stores)
     kit = GatewayToolKit(
-        [provider, web_search, file_search], hosted=hosted_tools(settings, upstream)
+        [provider, web_search, file_search],
+        hosted=hosted_tools(settings, upstream),
+        default_tools=provider.default_tools(default_tool_sets(settings, upstream)),
     )
     register_tool_kinds(kit)
     return kit, resources

@@ -9,7 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.core.loop import LoopLimits
-from app.settings import McpServerConfig, McpSettings, Settings, load_settings
+from app.settings import Settings, load_settings
+from app.tool_settings import McpServerConfig, McpSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from app.core.engines import EngineCall, EngineMode, EngineResult, ToolEngine
+from app.core.engines import (
+    EngineCall,
+    EngineMode,
+    EngineResult,
+    ToolEngine,
+    UnknownSessionError,
+)
 from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
@@ -120,6 +126,8 @@ class MultiEngine:
                 answered = await run(session_id, batch)
                 if len(answered) != len(batch):
                     raise RuntimeError(f"{len(answered)} results for {len(batch)} calls")
+            except UnknownSessionError:
+                raise
             except Exception as exc:  # an engine failure is data for the model
                 logger.exception("tool engine %s failed", name)
                 answered = [

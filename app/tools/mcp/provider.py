@@ -15,7 +15,7 @@ stored response's tools do not carry them (``core.response``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.core.engines import Namespace, ToolSpec
@@ -57,6 +57,30 @@ class McpToolProvider:
         self.namespaces = dict(namespaces or {})
         self.sessions = sessions
         self._listings = ToolListings()
+
+    def default_tools(
+        self, tool_sets: Callable[[JsonObject], list[str]]
+    ) -> Callable[[JsonObject], list[JsonObject]]:
+        """The ``mcp`` tools of the tool sets ``tool_sets`` gives a request, less those the
+        request names itself."""
+
+        def tools_for(body: JsonObject) -> list[JsonObject]:
+            wanted = tool_sets(body)
+            if not wanted:
+                return []
+            tools = body.get("tools")
+            named = {
+                t.get("server_label")
+                for t in (tools if isinstance(tools, list) else [])
+                if isinstance(t, dict) and t.get("type") == "mcp"
+            }
+            return [
+                {"type": "mcp", "server_label": ns}
+                for ns in wanted
+                if ns not in named and ns in self.namespaces
+            ]
+
+        return tools_for
 
     def unavailable(self) -> str | None:
         return None  # MCP servers are reached per request
