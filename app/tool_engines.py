@@ -19,6 +19,7 @@ from app.core.ports import Upstream
 from app.core.tool_sessions import ToolSessions
 from app.settings import Settings
 from app.tool_settings import ToolSetConfig
+from app.tools.engines.lm import create_lm_engine
 from app.tools.engines.multi import MultiEngine, Route
 from app.tools.mcp.engine import McpEngine, McpToolSet
 from app.tools.mcp.pool import McpSessionPool
@@ -56,10 +57,15 @@ def build_tool_engines(
     built.resources.push_async_callback(pool.aclose)
     built.engines[MCP_ENGINE] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
     for name, config in settings.tool_engines.items():
+        options = config.options()
         if config.kind == MCP_ENGINE:
             built.engines[name] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
-            continue
-        raise ValueError(f"tool engine {name!r}: unknown kind {config.kind!r}")
+        elif config.kind == "lm":
+            if upstream is None:
+                raise ValueError(f"tool engine {name!r}: kind 'lm' needs an upstream")
+            built.engines[name] = create_lm_engine(options, upstream=upstream)
+        else:
+            raise ValueError(f"tool engine {name!r}: unknown kind {config.kind!r}")
     placed = {t.mcp_server for t in settings.tool_sets}
     for tool_set in settings.tool_sets:
         built.namespaces[tool_set.namespace] = Namespace(

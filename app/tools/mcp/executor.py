@@ -127,8 +127,6 @@ class McpToolExecutor:
         except McpError as exc:
             return self._result(call, McpCallOutcome(output=None, error=exc.error))
         outcome = await session.call_tool(self.tool, arguments, timeout=timeout)
-        if outcome.error is not None and outcome.error.get("type") != "mcp_tool_execution_error":
-            await server.broken()
         return self._result(call, outcome)
 
     def _result(self, call: GatewayCall, outcome: McpCallOutcome) -> ToolResult:

@@ -39,8 +39,6 @@ class NamespaceServer:
     """One configured namespace as one request uses it: the tools it may call and when a call
     needs the client's approval."""
 
-    pooled = False
-
     def __init__(
         self, namespace: Namespace, *, allowed: list[str] | None, require_approval: Any
     ) -> None:

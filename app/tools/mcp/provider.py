@@ -217,9 +217,7 @@ class McpToolProvider:
             require_approval=tool.get("require_approval", "always"),
             description=tool.get("server_description"),
         )
-        return RequestServer(
-            label, terms, spec=spec, pool=None, connect_timeout=self.policy.connect_timeout
-        )
+        return RequestServer(label, terms, spec=spec, connect_timeout=self.policy.connect_timeout)
 
     # ------------------------------------------------------------------ toolkit hooks
 
