@@ -155,7 +155,7 @@ class ConnectionStore(StoreDelegate):
             input_item_ids=input_ids,
             conversation_id=history.conversation_id,
             created_at=int(response.get("created_at") or 0),
-            root_id=str(response["id"]),
+            root_id=history.root_id or str(response["id"]),
         )
 
     def evict(self) -> None:
