@@ -336,6 +336,7 @@ class ResponsesService:
                 input_item_ids=[str(item["id"]) for item in history.input_items],
                 new_items=[*history.new_input_items, *response["output"]],
                 conversation_id=history.conversation_id,
+                root_id=history.root_id,
             )
         )
 
