@@ -309,8 +309,9 @@ def create_app(
             files_service, vector_stores_service = await build_file_search(
                 settings, stack, embedder, database_ready=store is None
             )
+            sessions = active_store if isinstance(active_store, ToolSessionStore) else None
             toolkit, tool_resources = build_toolkit(
-                settings, vector_stores_service.searcher, active
+                settings, vector_stores_service.searcher, active, sessions
             )
             stack.push_async_callback(tool_resources.aclose)
             app.state.gateway = GatewayState(

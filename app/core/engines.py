@@ -228,6 +228,7 @@ class Namespace:
     description: str | None = None
 
 
+@runtime_checkable
 class ToolSessionStore(Protocol):
     """Where engine sessions persist between requests (one JSON state per session id)."""
 

@@ -128,7 +128,7 @@ class ResponsesService:
         if not toolkit.involves_gateway(body, items):
             return None
         context = ToolContext(
-            session_id=history.conversation_id or response_id,
+            session_id=history.session_id or response_id,
             response_id=response_id,
             simulate=body.get(SIMULATE_FIELD) is True,
         )
