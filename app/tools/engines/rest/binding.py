@@ -126,7 +126,7 @@ class RestBinding(_Strict):
         parts = urlsplit(PLACEHOLDER.sub("x", value))
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"{value!r} is not an absolute http(s) URL")
-        if "{" in parts.netloc:
+        if "{" in urlsplit(value).netloc:
             raise ValueError("the URL's host cannot hold a path parameter")
         return value
 
