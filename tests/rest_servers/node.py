@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tests.helpers import free_port
@@ -56,12 +56,17 @@ def _port_answers(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def _serve(entry_point: Path, args: Sequence[str], port: int, name: str) -> Iterator[str]:
-    with tempfile.TemporaryFile(mode="w+") as log:
+def _serve(
+    entry_point: Path, args: Sequence[str], port: int, name: str, env: Mapping[str, str]
+) -> Iterator[str]:
+    """``node entry_point args`` (in a scratch folder holding an empty ``public/``, the static
+    files json-server serves) until it answers on ``port``; yields its base URL."""
+    with tempfile.TemporaryFile(mode="w+") as log, tempfile.TemporaryDirectory() as scratch:
+        (Path(scratch) / "public").mkdir()
         process = subprocess.Popen(
             ["node", str(entry_point), *args],
-            cwd=entry_point.parent,
-            env={**os.environ, "NO_COLOR": "1"},
+            cwd=scratch,
+            env={**os.environ, "NO_COLOR": "1", **env},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -100,7 +105,11 @@ def serve_json_server(db: Path) -> Iterator[str]:
     entry_point = ensure_json_server()
     port = free_port()
     args = [str(db), "--host", "127.0.0.1", "--port", str(port)]
-    with _serve(entry_point, args, port, "json-server") as url:
+    # NODE_ENV=production: json-server does not watch its file, whose reload after its own
+    # write can race a later request and put back the data as it was before that request
+    # (and its static files' folder, public/, must then exist).
+    env = {"NODE_ENV": "production"}
+    with _serve(entry_point, args, port, "json-server", env) as url:
         yield url
 
 
@@ -111,5 +120,5 @@ def serve_prism(document: Path = PETSTORE) -> Iterator[str]:
     entry_point = ensure_prism()
     port = free_port()
     args = ["mock", str(document), "--host", "127.0.0.1", "--port", str(port)]
-    with _serve(entry_point, args, port, "Prism") as url:
+    with _serve(entry_point, args, port, "Prism", {}) as url:
         yield url

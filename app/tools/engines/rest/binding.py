@@ -128,6 +128,7 @@ class RestBinding(_Strict):
             raise ValueError(f"{value!r} is not an absolute http(s) URL")
         if "{" in urlsplit(value).netloc:
             raise ValueError("the URL's host cannot hold a path parameter")
+        parts.port  # noqa: B018 - raises ValueError for a port out of range
         return value
 
     @field_validator("headers", "headers_from_env")

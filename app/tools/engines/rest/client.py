@@ -60,7 +60,11 @@ def _as_text(raw: bytes, charset: str | None) -> str:
     try:
         return orjson.dumps(orjson.loads(raw)).decode()
     except orjson.JSONDecodeError:
+        pass
+    try:
         return raw.decode(charset or "utf-8", errors="replace")
+    except LookupError:  # a charset Python does not know
+        return raw.decode("utf-8", errors="replace")
 
 
 async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:

@@ -189,6 +189,16 @@ class RestEngine:
         return EngineResult.failure(call, "invalid_arguments", message[:1000])
 
     async def _run(self, call: EngineCall) -> EngineResult:
+        """The call's result; an unexpected exception is a failed result too (and logged)."""
+        try:
+            return await self._call(call)
+        except Exception:
+            logger.exception("rest call %s failed unexpectedly", call.tool.qualified_name)
+            return EngineResult.failure(
+                call, "internal_error", f"{call.tool.qualified_name} failed unexpectedly"
+            )
+
+    async def _call(self, call: EngineCall) -> EngineResult:
         binding = self._binding(call)
         if isinstance(binding, str):
             return EngineResult.failure(call, "invalid_binding", binding)

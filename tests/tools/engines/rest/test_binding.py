@@ -81,6 +81,7 @@ def test_secrets_are_listed_for_hiding() -> None:
     [
         ({"url": "api.example.com/x"}, "is not an absolute http"),
         ({"url": "https://{host}/x"}, "host cannot hold a path parameter"),
+        ({"url": "http://127.0.0.1:99999/x"}, "Port out of range"),
         ({"method": "TRACE"}, "method"),
         ({"headers": {"bad header": "x"}}, "is not an HTTP header name"),
         ({"headers_from_env": {"X-K": "not-a-name"}}, "is not an environment variable name"),
