@@ -70,8 +70,8 @@ def _as_text(raw: bytes, charset: str | None) -> str:
 async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
     """The body, or None when it is longer than ``limit`` (at most ``limit + 1`` bytes read)."""
     length = resp.content_length
-    if length is not None and length > limit:
-        return None
+    if length is not None:  # aiohttp reads no more than Content-Length says
+        return await resp.read() if length <= limit else None
     chunks: list[bytes] = []
     size = 0
     while size <= limit:
@@ -131,7 +131,7 @@ class RestClient:
         async with session.request(
             request.method,
             request.url,
-            params=request.params,
+            params=request.params or None,
             data=request.json_body,
             headers=request.headers,
             allow_redirects=False,

@@ -122,7 +122,10 @@ class RestEngine:
 
     async def execute(self, session_id: str, calls: Sequence[EngineCall]) -> list[EngineResult]:
         self._book.session(session_id)  # UnknownSessionError before any request
-        results = await asyncio.gather(*(timed(call, partial(self._run, call)) for call in calls))
+        if len(calls) == 1:  # no task to start for a lone call
+            results = [await timed(calls[0], partial(self._run, calls[0]))]
+        else:
+            results = await asyncio.gather(*(timed(c, partial(self._run, c)) for c in calls))
         for call, result in zip(calls, results, strict=True):
             self._book.record(session_id, call, result)
         return list(results)
