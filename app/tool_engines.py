@@ -13,6 +13,7 @@ import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from app.core.engines import Namespace, ToolEngine, ToolSessionStore, ToolSet
 from app.core.ports import Upstream
@@ -21,6 +22,8 @@ from app.settings import Settings
 from app.tool_settings import ToolSetConfig
 from app.tools.engines.lm import create_lm_engine
 from app.tools.engines.multi import MultiEngine, Route
+from app.tools.engines.rest import create_rest_engine
+from app.tools.engines.toolsets import FileToolSet, OpenApiToolSet
 from app.tools.mcp.engine import McpEngine, McpToolSet
 from app.tools.mcp.pool import McpSessionPool
 
@@ -44,10 +47,12 @@ def build_tool_engines(
     upstream: Upstream | None = None,
     store: ToolSessionStore | None = None,
     environ: Mapping[str, str] | None = None,
+    base_dir: Path | None = None,
 ) -> ToolEngines:
     """The engines, namespaces and session runner of ``settings`` (``store`` keeps the
     sessions; ``None``: in memory). Raises ValueError naming what is misconfigured."""
     env = os.environ if environ is None else environ
+    base_dir = Path.cwd() if base_dir is None else base_dir
     mcp = settings.mcp
     pool = McpSessionPool(
         {server.label: server.to_spec(env) for server in mcp.servers},
@@ -58,12 +63,19 @@ def build_tool_engines(
     built.engines[MCP_ENGINE] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
     for name, config in settings.tool_engines.items():
         options = config.options()
+        simulator = _simulator(name, options.pop("simulator", None), built.engines)
         if config.kind == MCP_ENGINE:
-            built.engines[name] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
+            built.engines[name] = McpEngine(
+                pool, call_timeout=settings.tool_call_timeout, simulator=simulator
+            )
         elif config.kind == "lm":
             if upstream is None:
                 raise ValueError(f"tool engine {name!r}: kind 'lm' needs an upstream")
             built.engines[name] = create_lm_engine(options, upstream=upstream)
+        elif config.kind == "rest":
+            rest = create_rest_engine(options, simulator=simulator, environ=env)
+            built.resources.push_async_callback(rest.aclose)
+            built.engines[name] = rest
         else:
             raise ValueError(f"tool engine {name!r}: unknown kind {config.kind!r}")
     placed = {t.mcp_server for t in settings.tool_sets}
@@ -71,7 +83,7 @@ def build_tool_engines(
         built.namespaces[tool_set.namespace] = Namespace(
             name=tool_set.namespace,
             engine=tool_set.engine,
-            tools=_tool_set(tool_set, pool, settings),
+            tools=_tool_set(tool_set, pool, base_dir),
             mode=tool_set.mode,
             allowed_tools=_tuple(tool_set.allowed_tools),
             require_approval=tool_set.require_approval,
@@ -97,10 +109,36 @@ def build_tool_engines(
     return built
 
 
-def _tool_set(config: ToolSetConfig, pool: McpSessionPool, settings: Settings) -> ToolSet:
+def _simulator(name: str, wanted: object, engines: Mapping[str, ToolEngine]) -> ToolEngine | None:
+    """The engine an engine's ``simulator`` option names (one defined before it)."""
+    if wanted is None:
+        return None
+    engine = engines.get(str(wanted))
+    if engine is None:
+        raise ValueError(
+            f"tool engine {name!r}: simulator {wanted!r} is not an engine defined before it"
+        )
+    return engine
+
+
+def _tool_set(config: ToolSetConfig, pool: McpSessionPool, base_dir: Path) -> ToolSet:
+    """The tool set's loader; a file is read and checked now, so a bad one stops start-up."""
     if config.mcp_server is not None:
         return McpToolSet(pool, config.mcp_server, config.namespace, list_timeout=30.0)
-    raise ValueError(f"tool set {config.namespace!r}: this source is not supported yet")
+    if config.openapi is not None:
+        document = OpenApiToolSet(
+            base_dir / config.openapi,
+            config.namespace,
+            operations=config.operations,
+            tags=config.tags,
+            base_url=config.base_url,
+        )
+        document.load()
+        return document
+    assert config.file is not None  # validated: exactly one source
+    specs = FileToolSet(base_dir / config.file, config.namespace)
+    specs.load()
+    return specs
 
 
 def _tuple(values: list[str] | None) -> tuple[str, ...] | None:
