@@ -27,9 +27,17 @@ import yaml
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
+from app.tool_settings import ToolSetConfig
 from tests.e2e.engine_upstream import SIMULATOR_MODEL, EngineUpstream, call, message, tool_outputs
 from tests.helpers import in_process, openai_client, serve_in_thread
-from tests.rest_servers.node import NodeUnavailableError, ensure_json_server, serve_json_server
+from tests.rest_servers.node import (
+    PETSTORE,
+    NodeUnavailableError,
+    ensure_json_server,
+    ensure_prism,
+    serve_json_server,
+    serve_prism,
+)
 
 MODEL = "scripted-model"
 POST = {"title": {"type": "string"}, "views": {"type": "integer"}}
@@ -318,3 +326,61 @@ def test_a_conversation_keeps_its_simulated_world_across_restarts_and_gateways(
         assert len(prompt) == 3  # the earlier call and its result, then this call
         assert "Oslo" in prompt[0]["content"] and "Bergen" in prompt[2]["content"]
         assert prompt[1]["role"] == "assistant"
+
+
+def pets_script(body: JsonObject) -> list[JsonObject]:
+    outputs = tool_outputs(body)
+    if not outputs:
+        return [
+            call("mcp__pets__showPetById", {"petId": 1}, "p1"),
+            call("mcp__crm__get_post", {"id": "missing"}, "p2"),
+        ]
+    return [message("ok")]
+
+
+def test_openapi_tools_on_prism_and_a_404_the_model_reads(
+    tmp_path: Path, json_server: tuple[str, Path]
+) -> None:
+    try:
+        ensure_prism()
+    except NodeUnavailableError as exc:
+        pytest.skip(str(exc))
+    url, _ = json_server
+    upstream = EngineUpstream(model=MODEL, script=pets_script)
+    with upstream_serving(upstream) as upstream_url, serve_prism(PETSTORE) as prism:
+        pets = {
+            "namespace": "pets",
+            "engine": "api",
+            "openapi": str(PETSTORE),
+            "tags": ["pets"],
+            "base_url": prism,
+        }
+        settings = engine_settings(tmp_path, upstream_url, url)
+        settings = settings.model_copy(
+            update={"tool_sets": [*settings.tool_sets, ToolSetConfig(**pets)]}
+        )
+        with gateway(settings, upstream) as gw:
+            response = gw.client.responses.create(
+                model=MODEL,
+                input="Show pet 1 and post 'missing'.",
+                tools=[
+                    {"type": "mcp", "server_label": ns, "require_approval": "never"}
+                    for ns in ("pets", "crm")
+                ],
+            )
+    listing = next(
+        i for i in response.output if i.type == "mcp_list_tools" and i.server_label == "pets"
+    )
+    assert sorted(t.name for t in listing.tools) == [
+        "createPet",
+        "deletePet",
+        "listPets",
+        "showPetById",
+    ]
+    pet, missing = [i for i in response.output if i.type == "mcp_call"]
+    assert json.loads(pet.output or "{}")["name"] == "Rex" and pet.error is None
+    assert missing.output is None and missing.error is not None
+    assert missing.error.type == "http_error" and missing.error.code == 404
+    assert "404" in missing.error.message
+    fed = tool_outputs(upstream.turns()[-1])
+    assert fed["p2"].startswith("Error: ") and "404" in fed["p2"]

@@ -18,13 +18,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.core.engines import EngineCall, EngineResult, Namespace, ToolSpec
+from app.core.engines import EngineCall, EngineResult, Namespace, ToolFailure, ToolSpec
 from app.core.ids import new_id
 from app.core.observe import preview_of
 from app.core.tool_sessions import ToolSessions
 from app.core.tools import GatewayCall, PreludeItem, ToolContext, ToolResult
 from app.protocol.json_types import JsonObject
-from app.tools.mcp.executor import McpToolExecutor, error_text, execution_error
+from app.tools.mcp.executor import McpToolExecutor, execution_error
 from app.tools.mcp.listing import previous_listing
 from app.tools.mcp.outcomes import McpToolInfo
 from app.tools.mcp.servers import approval_required
@@ -152,12 +152,24 @@ class EngineToolExecutor(McpToolExecutor):
                 preview=preview_of(result.output),
                 duration_ms=result.duration_ms,
             )
-        error = result.error.detail or execution_error(result.error.message)
-        text = error_text(error)
+        text = result.model_text
         return ToolResult(
-            item=self._item(call, error=error, status="failed"),
+            item=self._item(call, error=item_error(result.error), status="failed"),
             model_output=text,
             ok=False,
             preview=preview_of(text),
             duration_ms=result.duration_ms,
         )
+
+
+def item_error(failure: ToolFailure) -> JsonObject:
+    """The ``mcp_call`` item's ``error`` for a failed engine call, in OpenAI's shapes: an MCP
+    server's own error object as it is, an HTTP status as ``http_error``, anything else as
+    ``mcp_tool_execution_error`` with the message as text."""
+    detail = failure.detail or {}
+    if isinstance(detail.get("type"), str):
+        return detail
+    status = detail.get("status")
+    if failure.kind == "http_status" and isinstance(status, int):
+        return {"type": "http_error", "code": status, "message": failure.message}
+    return execution_error(failure.message)
