@@ -25,7 +25,15 @@ from typing import Any
 from app.core.accumulator import ResponseAccumulator
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.jsoncopy import clone
-from app.core.observe import ToolCallEvent, ToolEvents, preview_of
+from app.core.observe import (
+    COMPLETED,
+    FAILED,
+    MESSAGE_CHARS,
+    STARTED,
+    ToolCallEvent,
+    ToolEvents,
+    preview_of,
+)
 from app.core.ports import SingleResponseStream, Upstream, UpstreamEventStream
 from app.core.round_view import RoundView, added_event, call_event, done_event
 from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
@@ -331,7 +339,7 @@ class ToolLoop:
         self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore
     ) -> ToolResult:
         async with semaphore:
-            self._observe("start", call)
+            self._observe(call)
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(self._limits.call_timeout + 1.0):
@@ -341,18 +349,13 @@ class ToolLoop:
                     call,
                     f"the tool call timed out after {self._limits.call_timeout:g} s",
                     status="failed",
-                )
+                ).with_kind("timeout")
             except Exception as exc:  # a tool failure is data for the model, never a crash
                 logger.exception("tool executor failed", extra={"tool": call.name})
-                result = executor.error_result(call, f"the tool failed: {exc}", status="failed")
-            elapsed = (time.perf_counter() - started) * 1000
-            self._observe(
-                "complete" if result.ok else "error",
-                call,
-                ok=result.ok,
-                duration_ms=elapsed,
-                preview=result.preview or preview_of(result.model_output),
-            )
+                result = executor.error_result(
+                    call, f"the tool failed: {exc}", status="failed"
+                ).with_kind("exception")
+            self._observe(call, result, (time.perf_counter() - started) * 1000)
             return result
 
     def _close_call(
@@ -374,17 +377,34 @@ class ToolLoop:
         if 0 <= index < len(self.output):
             self.output[index] = item
 
-    def _observe(self, phase: str, call: GatewayCall, **fields: Any) -> None:
-        self._tool_events.emit(
-            ToolCallEvent(
-                phase=phase,  # type: ignore[arg-type]
-                response_id=self._response_id,
-                round=self._round,
-                tool=call.name,
-                item_id=call.item_id,
-                **fields,
+    def _observe(
+        self, call: GatewayCall, result: ToolResult | None = None, duration_ms: float = 0.0
+    ) -> None:
+        """Emit ``tool_call.started`` (no ``result``), ``tool_call.completed`` or
+        ``tool_call.failed``."""
+        common: dict[str, Any] = {
+            "response_id": self._response_id,
+            "round": self._round,
+            "tool": call.name,
+            "item_id": call.item_id,
+        }
+        if result is None:
+            event = ToolCallEvent(type=STARTED, **common)
+        elif result.ok:
+            preview = result.preview or preview_of(result.model_output)
+            event = ToolCallEvent(
+                type=COMPLETED, ok=True, duration_ms=duration_ms, preview=preview, **common
             )
-        )
+        else:
+            event = ToolCallEvent(
+                type=FAILED,
+                ok=False,
+                duration_ms=duration_ms,
+                error_kind=result.error_kind or "error",
+                message=preview_of(result.preview or result.model_output, MESSAGE_CHARS),
+                **common,
+            )
+        self._tool_events.emit(event)
 
 
 def _in_order(view: RoundView, items: list[FunctionCallItem]) -> list[GatewayCall]:
