@@ -99,7 +99,7 @@ def preview_of(text: str, limit: int = PREVIEW_CHARS) -> str:
 @dataclass(slots=True)
 class ToolEventStats:
     """Counts since the bus was made: hook calls that returned, raised, timed out; events
-    dropped (a full queue, no running event loop, not delivered by ``aclose``)."""
+    dropped (a full queue, no running event loop, not delivered when the task stopped)."""
 
     delivered: int = 0
     hook_failures: int = 0
@@ -197,19 +197,18 @@ class ToolEvents:
         delivery, self._delivery = self._delivery, None
         if delivery is None or delivery.task is None:
             return
-        if delivery.loop is asyncio.get_running_loop():
-            try:
-                async with asyncio.timeout(timeout):
-                    await delivery.queue.join()
-            except TimeoutError:
-                logger.warning("tool event hooks: not drained within %g s", timeout)
-        left = delivery.queue.qsize()
-        if left:
-            self.stats.dropped += left
+        if delivery.loop is not asyncio.get_running_loop():  # that loop is gone
+            self.stats.dropped += delivery.queue.qsize()
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await delivery.queue.join()
+        except TimeoutError:
+            logger.warning("tool event hooks: not drained within %g s", timeout)
+        self.stats.dropped += delivery.queue.qsize()
         delivery.task.cancel()
-        if delivery.loop is asyncio.get_running_loop():
-            with contextlib.suppress(asyncio.CancelledError):
-                await delivery.task
+        with contextlib.suppress(asyncio.CancelledError):
+            await delivery.task
 
     # ------------------------------------------------------------------ delivery
 
@@ -235,6 +234,9 @@ class ToolEvents:
             try:
                 subscriptions = list(self._subscriptions)
                 await asyncio.gather(*(self._call(s, event, delivery) for s in subscriptions))
+            except asyncio.CancelledError:  # stopped (aclose, the loop ending) mid-delivery
+                self.stats.dropped += 1
+                raise
             finally:
                 delivery.queue.task_done()
 
