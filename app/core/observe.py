@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -123,13 +124,37 @@ def _name(hook: ToolEventHook) -> str:
 
 
 class _Delivery:
-    """The queue and background task of one event loop."""
+    """The queue, the background task and the hook threads of one event loop.
+
+    Sync hooks run on at most ``threads`` daemon threads, started as needed and fed from one
+    job queue; ``slots`` lets at most that many hook calls be under way (a call holds its slot
+    until its thread is done with it, even after a timeout), so a job never waits for a thread.
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, size: int, threads: int) -> None:
         self.loop = loop
         self.queue: asyncio.Queue[ToolCallEvent] = asyncio.Queue(size)
-        self.threads = asyncio.Semaphore(threads)
+        self.slots = asyncio.Semaphore(threads)
         self.task: asyncio.Task[None] | None = None
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads = 0
+        self._max_threads = threads
+
+    def run_in_thread(self, job: Callable[[], None]) -> None:
+        if self._threads < self._max_threads:
+            threading.Thread(target=self._work, name="tool-event-hook", daemon=True).start()
+            self._threads += 1
+        self._jobs.put(job)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
+
+    def close(self) -> None:
+        """Let the threads end (one still in a hook ends when the hook returns)."""
+        for _ in range(self._threads):
+            self._jobs.put(None)
+        self._threads = 0
 
 
 class ToolEvents:
@@ -199,6 +224,7 @@ class ToolEvents:
             return
         if delivery.loop is not asyncio.get_running_loop():  # that loop is gone
             self.stats.dropped += delivery.queue.qsize()
+            delivery.close()
             return
         try:
             async with asyncio.timeout(timeout):
@@ -209,6 +235,7 @@ class ToolEvents:
         delivery.task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await delivery.task
+        delivery.close()
 
     # ------------------------------------------------------------------ delivery
 
@@ -223,6 +250,7 @@ class ToolEvents:
             # queued there can no longer be delivered.
             if delivery is not None:
                 self.stats.dropped += delivery.queue.qsize()
+                delivery.close()
             delivery = self._delivery = _Delivery(loop, self._queue_size, self._hook_threads)
         if delivery.task is None or delivery.task.done():
             delivery.task = loop.create_task(self._deliver_all(delivery), name="tool-event-hooks")
@@ -278,14 +306,14 @@ class ToolEvents:
 
 
 async def _in_thread(hook: ToolEventHook, event: ToolCallEvent, delivery: _Delivery) -> object:
-    """``hook(event)`` in a daemon thread (one of ``delivery.threads``): a hook that never
-    returns holds its thread, never the process's exit nor the event loop."""
+    """``hook(event)`` on one of ``delivery``'s daemon threads: a hook that never returns holds
+    its thread and its slot, never the process's exit nor the event loop."""
     loop = delivery.loop
     future: asyncio.Future[object] = loop.create_future()
-    await delivery.threads.acquire()
+    await delivery.slots.acquire()
 
     def settle(value: object, error: BaseException | None) -> None:
-        delivery.threads.release()
+        delivery.slots.release()
         if future.done():  # timed out meanwhile
             return
         if error is None:
@@ -304,9 +332,9 @@ async def _in_thread(hook: ToolEventHook, event: ToolCallEvent, delivery: _Deliv
             loop.call_soon_threadsafe(settle, value, error)
 
     try:
-        threading.Thread(target=run, name="tool-event-hook", daemon=True).start()
+        delivery.run_in_thread(run)
     except BaseException:
-        delivery.threads.release()
+        delivery.slots.release()
         raise
     return await future
 

@@ -68,6 +68,19 @@ async def test_sync_and_async_hooks_get_every_event_in_order() -> None:
     await bus.aclose()
 
 
+async def test_sync_hooks_share_a_few_threads_that_end_at_aclose() -> None:
+    idents: set[int] = set()
+    bus = ToolEvents([lambda e: idents.add(threading.get_ident())] * 3, hook_threads=2)
+    for n in range(30):
+        bus.emit(event(n))
+    await bus.drain()
+    assert 1 <= len(idents) <= 2 and bus.stats.delivered == 90
+    await bus.aclose()
+    for thread in [t for t in threading.enumerate() if t.ident in idents]:
+        thread.join(GUARD)
+        assert not thread.is_alive()
+
+
 async def test_a_hook_that_raises_is_logged_and_the_others_go_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
