@@ -12,9 +12,10 @@ event later, so that a slow or failing hook never breaks or slows a response:
   most every ``DROP_WARNING_INTERVAL`` seconds).
 - The task hands each event to every hook at once and waits for all of them before the next
   event, so each hook sees the events in order. An async hook is awaited with
-  ``hook_timeout``; a sync hook runs in a daemon thread (at most ``hook_threads`` at once) and
-  is waited for with the same timeout (a thread that overruns is left to finish on its own).
-  A hook that raises or times out is logged and counted, never raised.
+  ``hook_timeout``; a sync hook runs on one of at most ``hook_threads`` daemon threads and is
+  waited for with the same timeout (a call that overruns is left to finish on its own, so a
+  sync hook that overruns may run alongside its next call). A hook that raises or times out
+  is logged and counted (``stats``), never raised.
 - ``drain()`` waits until every queued event is delivered (tests); ``aclose()`` drains (within
   a timeout) and stops the task. The bus stays usable: a later ``emit`` starts a new task.
 """
