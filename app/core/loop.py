@@ -391,7 +391,7 @@ class ToolLoop:
         if result is None:
             event = ToolCallEvent(type=STARTED, **common)
         elif result.ok:
-            preview = result.preview or preview_of(result.model_output)
+            preview = preview_of(result.preview or result.model_output)
             event = ToolCallEvent(
                 type=COMPLETED, ok=True, duration_ms=duration_ms, preview=preview, **common
             )
