@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.call_runner import CallRunner
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
-from app.core.observe import ToolCallEvent, ToolEvents, preview_of
+from app.core.observe import (
+    ToolEvents,
+)
 from app.core.ports import SingleResponseStream, Upstream, UpstreamEventStream
 from app.core.response import add_usage
 from app.core.round_view import RoundView, added_event, call_event, done_event
 from app.core.tools import (
-    BatchedToolExecutor,
     GatewayCall,
     PreparedTools,
-    ToolBatch,
     ToolExecutor,
     ToolResult,
 )
@@ -95,7 +94,12 @@ class ToolLoop:
         self._stream = request.stream
         self._response_id = request.response_id
         self._max_tool_calls = request.max_tool_calls
-        self._tool_events = tool_events or ToolEvents()
+        self._runner = CallRunner(
+            tool_events or ToolEvents(),
+            request.response_id,
+            call_timeout=limits.call_timeout,
+            max_concurrency=limits.max_concurrency,
+        )
         self._model_items: list[JsonObject] = list(prepared.upstream_input)
         self._pending: UpstreamEventStream | None = None
         self._accumulator: ResponseAccumulator | None = None
@@ -148,6 +152,7 @@ class ToolLoop:
                 yield event
         while True:
             self._round += 1
+            self._runner.round = self._round
             if self._round > self._limits.max_rounds + 1:
                 raise UpstreamProtocolError("the tool loop exceeded its round guard")
             async for event in self._run_round():
@@ -302,34 +307,10 @@ class ToolLoop:
         for call, executor in runnable:
             for kind in executor.presentation.running_events:
                 yield call_event(kind, call)
-        semaphore = asyncio.Semaphore(self._limits.max_concurrency)
-        tasks: dict[str, asyncio.Task[ToolResult]] = {}
-        batched: dict[int, tuple[ToolBatch, list[tuple[GatewayCall, ToolExecutor]]]] = {}
-        for call, executor in runnable:
-            if isinstance(executor, BatchedToolExecutor):
-                group = batched.setdefault(id(executor.batch), (executor.batch, []))
-                group[1].append((call, executor))
-            else:
-                tasks[call.item_id] = asyncio.create_task(self._run_one(call, executor, semaphore))
-        batch_tasks = [
-            asyncio.create_task(self._run_batch(batch, group, semaphore))
-            for batch, group in batched.values()
-        ]
-        batch_results: dict[str, ToolResult] = {}
+        running = self._runner.start(runnable)
         try:
             for call, executor in pairs:
-                result = refused.get(call.item_id)
-                if result is None and call.item_id in tasks:
-                    result = await tasks[call.item_id]
-                while result is None:  # a batched call: its batch answers every call at once
-                    result = batch_results.get(call.item_id)
-                    if result is None:
-                        done, _ = await asyncio.wait(
-                            batch_tasks, return_when=asyncio.FIRST_COMPLETED
-                        )
-                        for finished in done:
-                            batch_tasks.remove(finished)
-                            batch_results.update(finished.result())
+                result = refused.get(call.item_id) or await running.result(call.item_id)
                 for event in self._close_call(call, executor, result):
                     yield event
                 self._results_fed = True
@@ -341,77 +322,7 @@ class ToolLoop:
                     }
                 )
         finally:
-            for single in tasks.values():
-                single.cancel()
-            for pending in batch_tasks:
-                pending.cancel()
-
-    async def _run_batch(
-        self,
-        batch: ToolBatch,
-        pairs: list[tuple[GatewayCall, ToolExecutor]],
-        semaphore: asyncio.Semaphore,
-    ) -> dict[str, ToolResult]:
-        """The calls of one batch, run together; every call gets a result."""
-        async with semaphore:
-            for call, _ in pairs:
-                self._observe("start", call)
-            started = time.perf_counter()
-            timeout = self._limits.call_timeout
-            try:
-                # A batch may run its calls one after another (an engine whose later calls
-                # read the earlier results): each call has its own timeout.
-                async with asyncio.timeout(timeout * len(pairs) + 1.0):
-                    results = await batch.run_batch([call for call, _ in pairs], timeout=timeout)
-                if len(results) != len(pairs):
-                    raise RuntimeError(f"{len(results)} results for {len(pairs)} calls")
-            except TimeoutError:
-                message = f"the tool calls timed out after {timeout * len(pairs):g} s"
-                results = [ex.error_result(c, message, status="failed") for c, ex in pairs]
-            except Exception as exc:  # a tool failure is data for the model, never a crash
-                logger.exception("tool batch failed", extra={"tool": pairs[0][0].name})
-                results = [
-                    ex.error_result(c, f"the tool failed: {exc}", status="failed")
-                    for c, ex in pairs
-                ]
-            elapsed = (time.perf_counter() - started) * 1000
-            for (call, _), result in zip(pairs, results, strict=True):
-                self._observe(
-                    "complete" if result.ok else "error",
-                    call,
-                    ok=result.ok,
-                    duration_ms=result.duration_ms if result.duration_ms is not None else elapsed,
-                    preview=result.preview or preview_of(result.model_output),
-                )
-            return {call.item_id: result for (call, _), result in zip(pairs, results, strict=True)}
-
-    async def _run_one(
-        self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore
-    ) -> ToolResult:
-        async with semaphore:
-            self._observe("start", call)
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(self._limits.call_timeout + 1.0):
-                    result = await executor.run(call, timeout=self._limits.call_timeout)
-            except TimeoutError:
-                result = executor.error_result(
-                    call,
-                    f"the tool call timed out after {self._limits.call_timeout:g} s",
-                    status="failed",
-                )
-            except Exception as exc:  # a tool failure is data for the model, never a crash
-                logger.exception("tool executor failed", extra={"tool": call.name})
-                result = executor.error_result(call, f"the tool failed: {exc}", status="failed")
-            elapsed = (time.perf_counter() - started) * 1000
-            self._observe(
-                "complete" if result.ok else "error",
-                call,
-                ok=result.ok,
-                duration_ms=elapsed,
-                preview=result.preview or preview_of(result.model_output),
-            )
-            return result
+            running.cancel()
 
     def _close_call(
         self, call: GatewayCall, executor: ToolExecutor, result: ToolResult
@@ -431,18 +342,6 @@ class ToolLoop:
     def _set_output(self, index: int, item: JsonObject) -> None:
         if 0 <= index < len(self.output):
             self.output[index] = item
-
-    def _observe(self, phase: str, call: GatewayCall, **fields: Any) -> None:
-        self._tool_events.emit(
-            ToolCallEvent(
-                phase=phase,  # type: ignore[arg-type]
-                response_id=self._response_id,
-                round=self._round,
-                tool=call.name,
-                item_id=call.item_id,
-                **fields,
-            )
-        )
 
 
 def _in_order(view: RoundView, items: list[FunctionCallItem]) -> list[GatewayCall]:

@@ -14,7 +14,7 @@ puts the providers together into the ``ToolKit``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from app.protocol.items import ItemKind
@@ -37,9 +37,23 @@ class GatewayCall:
     approval_request_id: str | None = None
 
 
+NOT_RUN = "not_run"
+"""The ``error_kind`` of a call that was never run (``max_tool_calls``, the response ended)."""
+
+
+def error_kind_of(status: str) -> str:
+    """The ``error_kind`` of an ``error_result`` with item ``status``: ``incomplete`` means
+    the call was not run (``not_run``), anything else that it failed (``error``)."""
+    return NOT_RUN if status == "incomplete" else "error"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """A finished gateway call: the item the client sees and the text the model reads."""
+    """A finished gateway call: the item the client sees and the text the model reads.
+
+    A failed call (``ok`` false) names why in ``error_kind``, a short machine-readable word
+    (``timeout``, ``exception``, ``not_run``, ``invalid_arguments``, ``http_status`` ...) that
+    the tool-call events carry; ``None`` on success."""
 
     item: JsonObject
     model_output: str
@@ -48,6 +62,11 @@ class ToolResult:
     # How long the call itself took, when the executor measured it (a batch's calls each
     # report their own); ``None``: the loop's own measure.
     duration_ms: float | None = None
+    error_kind: str | None = None
+
+    def with_kind(self, kind: str) -> ToolResult:
+        """This result with ``error_kind`` set to ``kind``."""
+        return replace(self, error_kind=kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +107,7 @@ class ToolExecutor(Protocol):
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
         """The result of a call that was not run or could not finish (``message`` for both the
-        client's item and the model)."""
+        client's item and the model); its ``error_kind`` is ``error_kind_of(status)``."""
         ...
 
 

@@ -312,9 +312,11 @@ async def test_tool_events_reach_the_hook() -> None:
         upstream, MemoryResponseStore(), toolkit=FakeToolKit([add_tool()]), tool_events=events
     )
     await service.create(ParsedRequest.from_body(BODY), {})
-    assert [e.phase for e in seen] == ["start", "complete"]
+    await events.drain()
+    assert [e.type for e in seen] == ["tool_call.started", "tool_call.completed"]
     assert seen[1].ok is True and seen[1].preview == "2" and seen[1].duration_ms is not None
     assert seen[0].tool == "mcp__fake__add" and seen[0].round == 1
+    assert seen[0].item_id == seen[1].item_id and seen[0].response_id == seen[1].response_id
 
 
 class FailingSecondRound(ScriptedUpstream):

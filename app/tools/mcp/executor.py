@@ -13,10 +13,10 @@ import orjson
 
 from app.core.ids import new_id
 from app.core.observe import preview_of
-from app.core.tools import CallPresentation, GatewayCall, ToolResult
+from app.core.tools import CallPresentation, GatewayCall, ToolResult, error_kind_of
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
-from app.tools.mcp.errors import McpError
+from app.tools.mcp.errors import INVALID_PARAMS, McpError, outcome_error_kind
 from app.tools.mcp.outcomes import McpCallOutcome
 from app.tools.mcp.servers import RequestServer, ToolServer
 
@@ -103,7 +103,13 @@ class McpToolExecutor:
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
         item = self._item(call, error=execution_error(message), status=status)
-        return ToolResult(item=item, model_output=f"Error: {message}", ok=False, preview=message)
+        return ToolResult(
+            item=item,
+            model_output=f"Error: {message}",
+            ok=False,
+            preview=message,
+            error_kind=error_kind_of(status),
+        )
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
         server = self._server
@@ -112,13 +118,13 @@ class McpToolExecutor:
                 call,
                 f"tool '{self.tool}' is not available on MCP server '{self.label}'",
                 status="failed",
-            )
+            ).with_kind("unknown_tool")
         try:
             arguments = _arguments(call.arguments)
         except (orjson.JSONDecodeError, ValueError) as exc:
             error = {
                 "type": "mcp_protocol_error",
-                "code": -32602,
+                "code": INVALID_PARAMS,
                 "message": f"Invalid params: {exc}",
             }
             return self._result(call, McpCallOutcome(output=None, error=error))
@@ -133,7 +139,13 @@ class McpToolExecutor:
         if outcome.error is not None:
             item = self._item(call, error=outcome.error, status="failed")
             text = error_text(outcome.error)
-            return ToolResult(item=item, model_output=text, ok=False, preview=preview_of(text))
+            return ToolResult(
+                item=item,
+                model_output=text,
+                ok=False,
+                preview=preview_of(text),
+                error_kind=outcome_error_kind(outcome.error),
+            )
         output = outcome.output or ""
         item = self._item(call, output=output, status="completed")
         return ToolResult(item=item, model_output=output, ok=True, preview=preview_of(output))

@@ -158,6 +158,7 @@ class EngineToolExecutor(McpToolExecutor):
             model_output=text,
             ok=False,
             preview=preview_of(text),
+            error_kind=result.error.kind,
             duration_ms=result.duration_ms,
         )
 
