@@ -37,6 +37,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndex
 from app.files.vector_stores import VectorStoresService
+from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import register_include_values
@@ -314,6 +315,10 @@ def create_app(
                 settings, vector_stores_service.searcher, active, sessions
             )
             stack.push_async_callback(tool_resources.aclose)
+            events = tool_events if tool_events is not None else ToolEvents()
+            for _, hook in load_hooks(settings.tool_hooks):
+                events.subscribe(hook)
+            stack.push_async_callback(events.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
@@ -323,7 +328,7 @@ def create_app(
                     active_store,
                     toolkit=toolkit,
                     limits=loop_limits(settings),
-                    tool_events=tool_events,
+                    tool_events=events,
                 ),
                 files=files_service,
                 vector_stores=vector_stores_service,

@@ -12,8 +12,9 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from app.core.engines import Namespace, ToolEngine, ToolSessionStore, ToolSet
 from app.core.ports import Upstream
@@ -22,6 +23,7 @@ from app.settings import Settings
 from app.tool_settings import ToolSetConfig
 from app.tools.engines.lm import create_lm_engine
 from app.tools.engines.multi import MultiEngine, Route
+from app.tools.engines.registry import EngineContext, EngineDefinition, EngineRegistry
 from app.tools.engines.rest import create_rest_engine
 from app.tools.engines.toolsets import FileToolSet, OpenApiToolSet
 from app.tools.mcp.engine import McpEngine, McpToolSet
@@ -60,24 +62,20 @@ def build_tool_engines(
     )
     built = ToolEngines(namespaces={}, sessions=None, pool=pool)
     built.resources.push_async_callback(pool.aclose)
-    built.engines[MCP_ENGINE] = McpEngine(pool, call_timeout=settings.tool_call_timeout)
-    for name, config in settings.tool_engines.items():
-        options = config.options()
-        simulator = _simulator(name, options.pop("simulator", None), built.engines)
-        if config.kind == MCP_ENGINE:
-            built.engines[name] = McpEngine(
-                pool, call_timeout=settings.tool_call_timeout, simulator=simulator
-            )
-        elif config.kind == "lm":
-            if upstream is None:
-                raise ValueError(f"tool engine {name!r}: kind 'lm' needs an upstream")
-            built.engines[name] = create_lm_engine(options, upstream=upstream)
-        elif config.kind == "rest":
-            rest = create_rest_engine(options, simulator=simulator, environ=env)
-            built.resources.push_async_callback(rest.aclose)
-            built.engines[name] = rest
-        else:
-            raise ValueError(f"tool engine {name!r}: unknown kind {config.kind!r}")
+    registry = engine_registry(pool, call_timeout=settings.tool_call_timeout)
+    registry.load_entry_points()
+    context = EngineContext(upstream=upstream, environ=env, base_dir=base_dir)
+    if MCP_ENGINE not in settings.tool_engines:  # else the operator's [tool_engines.mcp]
+        built.engines[MCP_ENGINE] = registry.create(MCP_ENGINE, MCP_ENGINE, {}, context)
+    definitions = [
+        EngineDefinition(name, config.kind, config.options())
+        for name, config in settings.tool_engines.items()
+    ]
+    built.engines = registry.create_all(definitions, replace(context, engines=built.engines))
+    for engine in built.engines.values():
+        close = getattr(engine, "aclose", None)
+        if callable(close):
+            built.resources.push_async_callback(close)
     placed = {t.mcp_server for t in settings.tool_sets}
     for tool_set in settings.tool_sets:
         built.namespaces[tool_set.namespace] = Namespace(
@@ -109,16 +107,30 @@ def build_tool_engines(
     return built
 
 
-def _simulator(name: str, wanted: object, engines: Mapping[str, ToolEngine]) -> ToolEngine | None:
-    """The engine an engine's ``simulator`` option names (one defined before it)."""
-    if wanted is None:
-        return None
-    engine = engines.get(str(wanted))
-    if engine is None:
-        raise ValueError(
-            f"tool engine {name!r}: simulator {wanted!r} is not an engine defined before it"
-        )
-    return engine
+def engine_registry(pool: McpSessionPool, *, call_timeout: float) -> EngineRegistry:
+    """The built-in engine kinds: ``rest``, ``lm`` and ``mcp`` (the ``[mcp]`` servers'
+    pool); ``rest`` and ``mcp`` take a ``simulator`` (an engine defined before them)."""
+
+    def rest(name: str, options: Mapping[str, Any], context: EngineContext) -> ToolEngine:
+        own = dict(options)
+        simulator = _simulator(own.pop("simulator", None), context)
+        return create_rest_engine(own, simulator=simulator, environ=context.environ)
+
+    def lm(name: str, options: Mapping[str, Any], context: EngineContext) -> ToolEngine:
+        return create_lm_engine(options, upstream=context.require_upstream())
+
+    def mcp(name: str, options: Mapping[str, Any], context: EngineContext) -> ToolEngine:
+        own = dict(options)
+        simulator = _simulator(own.pop("simulator", None), context)
+        if own:
+            raise ValueError(f"unknown option(s) {', '.join(sorted(own))} (known: simulator)")
+        return McpEngine(pool, call_timeout=call_timeout, simulator=simulator)
+
+    return EngineRegistry({"rest": rest, "lm": lm, MCP_ENGINE: mcp})
+
+
+def _simulator(wanted: object, context: EngineContext) -> ToolEngine | None:
+    return None if wanted is None else context.engine(str(wanted))
 
 
 def _tool_set(config: ToolSetConfig, pool: McpSessionPool, base_dir: Path) -> ToolSet:

@@ -25,7 +25,14 @@ from app.core.observe import (
     ToolEvents,
     preview_of,
 )
-from app.core.tools import BatchedToolExecutor, GatewayCall, ToolBatch, ToolExecutor, ToolResult
+from app.core.tools import (
+    BatchedToolExecutor,
+    GatewayCall,
+    NamedTool,
+    ToolBatch,
+    ToolExecutor,
+    ToolResult,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -98,8 +105,8 @@ class CallRunner:
     ) -> dict[str, ToolResult]:
         """The calls of one batch, run together; every call gets a result."""
         async with semaphore:
-            for call, _ in pairs:
-                self.observe(call)
+            for call, executor in pairs:
+                self.observe(call, executor)
             started = time.perf_counter()
             timeout = self._call_timeout
             try:
@@ -124,16 +131,16 @@ class CallRunner:
                     for c, ex in pairs
                 ]
             elapsed = (time.perf_counter() - started) * 1000
-            for (call, _), result in zip(pairs, results, strict=True):
+            for (call, executor), result in zip(pairs, results, strict=True):
                 measured = result.duration_ms if result.duration_ms is not None else elapsed
-                self.observe(call, result, measured)
+                self.observe(call, executor, result, measured)
             return {call.item_id: result for (call, _), result in zip(pairs, results, strict=True)}
 
     async def _run_one(
         self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore
     ) -> ToolResult:
         async with semaphore:
-            self.observe(call)
+            self.observe(call, executor)
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(self._call_timeout + 1.0):
@@ -149,18 +156,22 @@ class CallRunner:
                 result = executor.error_result(
                     call, f"the tool failed: {exc}", status="failed"
                 ).with_kind("exception")
-            self.observe(call, result, (time.perf_counter() - started) * 1000)
+            self.observe(call, executor, result, (time.perf_counter() - started) * 1000)
             return result
 
     def observe(
-        self, call: GatewayCall, result: ToolResult | None = None, duration_ms: float = 0.0
+        self,
+        call: GatewayCall,
+        executor: ToolExecutor,
+        result: ToolResult | None = None,
+        duration_ms: float = 0.0,
     ) -> None:
         """Emit ``tool_call.started`` (no ``result``), ``tool_call.completed`` or
         ``tool_call.failed``."""
         common: dict[str, Any] = {
             "response_id": self._response_id,
             "round": self.round,
-            "tool": call.name,
+            "tool": executor.qualified_name if isinstance(executor, NamedTool) else call.name,
             "item_id": call.item_id,
         }
         if result is None:

@@ -125,6 +125,14 @@ class ToolBatch(Protocol):
 
 
 @runtime_checkable
+class NamedTool(Protocol):
+    """An executor that names its tool for logs and hooks (``namespace::tool``); the others
+    are named by their upstream function name."""
+
+    qualified_name: str
+
+
+@runtime_checkable
 class BatchedToolExecutor(ToolExecutor, Protocol):
     """An executor whose calls of one round go to its ``batch`` together with the other calls
     of the same batch (the loop groups them), instead of one ``run`` each."""

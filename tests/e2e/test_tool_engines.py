@@ -28,6 +28,7 @@ from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.tool_settings import ToolSetConfig
+from tests.e2e import hook_sink
 from tests.e2e.engine_upstream import SIMULATOR_MODEL, EngineUpstream, call, message, tool_outputs
 from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.rest_servers.node import (
@@ -121,6 +122,7 @@ def engine_settings(
             "sim": {"kind": "lm", "model": SIMULATOR_MODEL},
             "api": {"kind": "rest", "simulator": "sim"},
         },
+        "tool_hooks": ["tests.e2e.hook_sink:record"],
         "tool_sets": [
             {"namespace": "crm", "engine": "api", "file": str(tmp_path / "crm.yaml")},
             {"namespace": "weather", "engine": "sim", "file": str(tmp_path / "weather.yaml")},
@@ -194,6 +196,13 @@ def test_crud_on_json_server_through_the_tool_loop(
     names = sorted(t["name"] for t in first["tools"])
     assert names == ["mcp__crm__create_post", "mcp__crm__get_post", "mcp__crm__update_post"]
     assert list(tool_outputs(upstream.turns()[-1])) == ["c1", "c2", "c3"]
+    # The configured hook saw each call start and complete, under its qualified name.
+    events = hook_sink.take(response.id)
+    started = [e.tool for e in events if e.type == "tool_call.started"]
+    completed = [e for e in events if e.type == "tool_call.completed"]
+    assert started == ["crm::create_post", "crm::get_post", "crm::update_post"]
+    assert sorted(e.tool for e in completed) == sorted(started)
+    assert all(e.ok and e.duration_ms is not None and e.preview for e in completed)
 
 
 def test_a_dry_run_leaves_json_server_unchanged(
@@ -384,3 +393,6 @@ def test_openapi_tools_on_prism_and_a_404_the_model_reads(
     assert "404" in missing.error.message
     fed = tool_outputs(upstream.turns()[-1])
     assert fed["p2"].startswith("Error: ") and "404" in fed["p2"]
+    failed = [e for e in hook_sink.take(response.id) if e.type == "tool_call.failed"]
+    assert [(e.tool, e.error_kind) for e in failed] == [("crm::get_post", "http_status")]
+    assert failed[0].message and "404" in failed[0].message

@@ -70,6 +70,7 @@ class McpToolExecutor:
         self._server = server
         self.label = label
         self.tool = tool
+        self.qualified_name = f"{label}::{tool}"
 
     def _item(self, call: GatewayCall, **fields: Any) -> JsonObject:
         return {
