@@ -4,11 +4,14 @@ Engines keep their sessions here: ``setup`` (from a saved state, or empty; a liv
 ``SessionExistsError``), ``teardown`` (unknown: a no-op), ``record`` a (call, result) pair,
 ``state`` as JSON for the gateway to persist, ``snapshot``/``restore`` to roll a simulated batch
 back. A session keeps its newest ``max_history`` entries.
+
+History entries are never changed once recorded, so copies of a state share them: a copy is
+the state's top-level object and its history list, never a deep copy (a deep copy of 200
+entries cost milliseconds per round, ``bench/tool_sessions_bench.py``).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Awaitable, Callable
 
@@ -34,9 +37,9 @@ class SessionBook:
     def setup(self, session_id: str, state: JsonObject | None = None) -> None:
         if session_id in self._sessions:
             raise SessionExistsError(f"session {session_id!r} is already set up")
-        fresh = copy.deepcopy(state) if state else {}
+        fresh = dict(state) if state else {}
         history = fresh.get("history")
-        fresh["history"] = history if isinstance(history, list) else []
+        fresh["history"] = list(history) if isinstance(history, list) else []
         self._sessions[session_id] = fresh
 
     def teardown(self, session_id: str) -> None:
@@ -63,8 +66,9 @@ class SessionBook:
             del history[: len(history) - self._max_history]
 
     def state(self, session_id: str) -> JsonObject:
-        """A copy of the session's state, for the gateway to persist."""
-        return copy.deepcopy(self.session(session_id))
+        """A copy of the session's state, for the gateway to persist (the entries shared)."""
+        session = self.session(session_id)
+        return {**session, "history": list(session["history"])}
 
     def snapshot(self, session_id: str) -> JsonObject:
         return self.state(session_id)
