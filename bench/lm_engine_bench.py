@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.core.engines import EngineCall, EngineResult, ToolSpec
 from app.core.ports import RawReply, UpstreamEventStream
+from app.core.session_book import SessionBook
 from app.protocol.json_types import JsonObject
 from app.tools.engines.lm import ErrorInjection, InjectedError, LmEngine
 from app.tools.engines.lm.injection import Injector
-from app.tools.engines.sessions import SessionBook
 
 ANSWER = '{"id": 12, "name": "Ada Lovelace", "email": "ada@example.com", "tags": ["vip"]}'
 TOOL = ToolSpec(

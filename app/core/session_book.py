@@ -78,6 +78,22 @@ class SessionBook:
         self._sessions[session_id] = snapshot
 
 
+class BookedSessions:
+    """The session half of a ``core.engines.ToolEngine`` whose sessions live in
+    ``self.sessions``: ``setup``, ``teardown`` and ``get_session_state``."""
+
+    sessions: SessionBook
+
+    async def setup(self, session_id: str, state: JsonObject | None = None) -> None:
+        self.sessions.setup(session_id, state)
+
+    async def teardown(self, session_id: str) -> None:
+        self.sessions.teardown(session_id)
+
+    def get_session_state(self, session_id: str) -> JsonObject:
+        return self.sessions.state(session_id)
+
+
 async def timed(call: EngineCall, run: Callable[[], Awaitable[EngineResult]]) -> EngineResult:
     """``run()``'s result with ``duration_ms`` filled in."""
     started = time.perf_counter()

@@ -23,8 +23,7 @@ from app.core.engines import (
     ToolSpec,
     simulate_via,
 )
-from app.core.session_book import DEFAULT_MAX_HISTORY, SessionBook, timed
-from app.protocol.json_types import JsonObject
+from app.core.session_book import DEFAULT_MAX_HISTORY, BookedSessions, SessionBook, timed
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.errors import McpError
 from app.tools.mcp.executor import error_text
@@ -70,7 +69,7 @@ class McpToolSet:
         ]
 
 
-class McpEngine:
+class McpEngine(BookedSessions):
     """Runs calls on the configured MCP servers (``core.engines.ToolEngine``)."""
 
     def __init__(
@@ -84,26 +83,17 @@ class McpEngine:
         self._pool = pool
         self._call_timeout = call_timeout
         self._simulator = simulator
-        self._sessions = SessionBook(max_history)
-
-    async def setup(self, session_id: str, state: JsonObject | None = None) -> None:
-        self._sessions.setup(session_id, state)
-
-    async def teardown(self, session_id: str) -> None:
-        self._sessions.teardown(session_id)
-
-    def get_session_state(self, session_id: str) -> JsonObject:
-        return self._sessions.state(session_id)
+        self.sessions = SessionBook(max_history)
 
     async def execute(self, session_id: str, calls: Sequence[EngineCall]) -> list[EngineResult]:
-        self._sessions.session(session_id)  # must be live
+        self.sessions.session(session_id)  # must be live
         results = await asyncio.gather(*(self._timed_call(call) for call in calls))
         for call, result in zip(calls, results, strict=True):
-            self._sessions.record(session_id, call, result)
+            self.sessions.record(session_id, call, result)
         return list(results)
 
     async def simulate(self, session_id: str, calls: Sequence[EngineCall]) -> list[EngineResult]:
-        state = self._sessions.state(session_id)
+        state = self.sessions.state(session_id)
         if self._simulator is None:
             return [
                 EngineResult.failure(

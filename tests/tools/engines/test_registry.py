@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from app.core.engines import EngineCall, EngineResult, ToolEngine, ToolSpec
+from app.core.session_book import SessionBook
 from app.protocol.json_types import JsonObject
 from app.tools.engines.registry import (
     EngineConfigError,
@@ -20,14 +21,13 @@ from app.tools.engines.registry import (
     EngineDefinition,
     EngineRegistry,
 )
-from app.tools.engines.sessions import SessionBook
 from tests.fakes import ScriptedUpstream
 from tests.plugin_dists import Site, installed_site
 
 # A third-party engine package as a user would write it: it imports only respgate's contract.
 ECHO_ENGINE = '''
 from app.core.engines import EngineResult
-from app.tools.engines.sessions import SessionBook
+from app.core.session_book import SessionBook
 
 
 class EchoEngine:

@@ -38,6 +38,7 @@ from app.core.engines import (
     history_of,
 )
 from app.core.ports import Upstream
+from app.core.session_book import DEFAULT_MAX_HISTORY, BookedSessions, SessionBook, timed
 from app.errors import GatewayError
 from app.protocol.json_types import JsonObject
 from app.tools.engines.lm.injection import ErrorInjection, Injector
@@ -48,7 +49,6 @@ from app.tools.engines.lm.prompt import (
     build_request,
     parse_answer,
 )
-from app.tools.engines.sessions import DEFAULT_MAX_HISTORY, SessionBook, timed
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ CALLS_KEY = "calls"
 """The session state's count of the calls it ran (the position error injection draws from)."""
 
 
-class LmEngine:
+class LmEngine(BookedSessions):
     """``core.engines.ToolEngine`` whose results a model simulates (see the module docstring)."""
 
     def __init__(
@@ -73,15 +73,6 @@ class LmEngine:
         self.injector = Injector(injection)
         self.sampling = sampling or Sampling()
         self.sessions = SessionBook(max_history)
-
-    async def setup(self, session_id: str, state: JsonObject | None = None) -> None:
-        self.sessions.setup(session_id, state)
-
-    async def teardown(self, session_id: str) -> None:
-        self.sessions.teardown(session_id)
-
-    def get_session_state(self, session_id: str) -> JsonObject:
-        return self.sessions.state(session_id)
 
     async def execute(self, session_id: str, calls: Sequence[EngineCall]) -> list[EngineResult]:
         self.sessions.session(session_id)  # UnknownSessionError before any call

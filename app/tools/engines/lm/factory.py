@@ -23,10 +23,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.ports import Upstream
+from app.core.session_book import DEFAULT_MAX_HISTORY
 from app.tools.engines.lm.engine import LmEngine
 from app.tools.engines.lm.injection import ErrorInjection, ErrorRates
 from app.tools.engines.lm.prompt import Sampling
-from app.tools.engines.sessions import DEFAULT_MAX_HISTORY
 
 
 class LmOptions(BaseModel):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import uuid
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -37,7 +36,9 @@ from app.core.engines import (
     EngineResult,
     ToolArgumentsError,
     ToolEngine,
+    simulate_via,
 )
+from app.core.session_book import DEFAULT_MAX_HISTORY, BookedSessions, SessionBook, timed
 from app.protocol.json_types import JsonObject
 from app.tools.engines.rest.binding import (
     ArgumentError,
@@ -46,7 +47,6 @@ from app.tools.engines.rest.binding import (
     build_request,
 )
 from app.tools.engines.rest.client import Limits, RestClient
-from app.tools.engines.sessions import DEFAULT_MAX_HISTORY, SessionBook, timed
 
 logger = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class _ByIdentity:
         self._entries[id(key)] = (key, value)
 
 
-class RestEngine:
+class RestEngine(BookedSessions):
     """The ``rest`` engine (see the module docstring); implements ``ToolEngine``."""
 
     def __init__(
@@ -102,36 +102,27 @@ class RestEngine:
         self.options = options or RestEngineOptions()
         self._simulator = simulator
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
-        self._book = SessionBook(self.options.max_history)
+        self.sessions = SessionBook(self.options.max_history)
         self._client = RestClient()
         self._gate = asyncio.Semaphore(self.options.max_concurrency)
         self._bindings = _ByIdentity()
         self._validators = _ByIdentity()
 
-    async def setup(self, session_id: str, state: JsonObject | None = None) -> None:
-        self._book.setup(session_id, state)
-
-    async def teardown(self, session_id: str) -> None:
-        self._book.teardown(session_id)
-
-    def get_session_state(self, session_id: str) -> JsonObject:
-        return self._book.state(session_id)
-
     async def aclose(self) -> None:
         await self._client.aclose()
 
     async def execute(self, session_id: str, calls: Sequence[EngineCall]) -> list[EngineResult]:
-        self._book.session(session_id)  # UnknownSessionError before any request
+        self.sessions.session(session_id)  # UnknownSessionError before any request
         if len(calls) == 1:  # no task to start for a lone call
             results = [await timed(calls[0], partial(self._run, calls[0]))]
         else:
             results = await asyncio.gather(*(timed(c, partial(self._run, c)) for c in calls))
         for call, result in zip(calls, results, strict=True):
-            self._book.record(session_id, call, result)
+            self.sessions.record(session_id, call, result)
         return list(results)
 
     async def simulate(self, session_id: str, calls: Sequence[EngineCall]) -> list[EngineResult]:
-        state = self._book.state(session_id)
+        state = self.sessions.state(session_id)
         simulator = self._simulator
         if simulator is None:
             return [
@@ -143,12 +134,7 @@ class RestEngine:
                 )
                 for call in calls
             ]
-        scratch = f"{session_id}#simulate-{uuid.uuid4().hex}"
-        await simulator.setup(scratch, state)
-        try:
-            return await simulator.simulate(scratch, calls)
-        finally:
-            await simulator.teardown(scratch)
+        return await simulate_via(simulator, session_id, state, calls)
 
     def _binding(self, call: EngineCall) -> RestBinding | str:
         """The call's validated binding, or why it has none."""
