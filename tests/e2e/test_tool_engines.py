@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,10 +31,19 @@ import yaml
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
+from app.store.migrate import upgrade_to_head_sync
 from app.tool_settings import ToolSetConfig
 from tests.e2e import hook_sink
-from tests.e2e.engine_upstream import SIMULATOR_MODEL, EngineUpstream, call, message, tool_outputs
-from tests.helpers import in_process, openai_client, serve_in_thread
+from tests.e2e.engine_upstream import (
+    SIMULATOR_MODEL,
+    EngineUpstream,
+    call,
+    message,
+    offered,
+    tool_outputs,
+)
+from tests.helpers import free_port, in_process, openai_client, serve_in_thread
+from tests.postgres import throwaway_database
 from tests.rest_servers.node import (
     PETSTORE,
     NodeUnavailableError,
@@ -40,6 +53,7 @@ from tests.rest_servers.node import (
     serve_prism,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = "scripted-model"
 POST = {"title": {"type": "string"}, "views": {"type": "integer"}}
 
@@ -118,6 +132,7 @@ def engine_settings(
     fields: dict[str, Any] = {
         "upstream_url": upstream_url,
         "database_url": f"sqlite+aiosqlite:///{tmp_path / 'gateway.db'}",
+        "data_dir": tmp_path / "data",
         "tool_engines": {
             "sim": {"kind": "lm", "model": SIMULATOR_MODEL},
             "api": {"kind": "rest", "simulator": "sim"},
@@ -128,6 +143,8 @@ def engine_settings(
             {"namespace": "weather", "engine": "sim", "file": str(tmp_path / "weather.yaml")},
         ],
     }
+    if "upstreams" in more:
+        del fields["upstream_url"]
     return Settings(**(fields | more))
 
 
@@ -305,14 +322,83 @@ def upstream_turns_of(body: JsonObject) -> list[JsonObject]:
     ]
 
 
-def test_a_conversation_keeps_its_simulated_world_across_restarts_and_gateways(
-    tmp_path: Path, json_server: tuple[str, Path]
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
+        return
+    with throwaway_database("respgate_engines") as url:
+        upgrade_to_head_sync(url)
+        yield url
+
+
+def serve_config(tmp_path: Path, upstream_url: str, database_url: str) -> Path:
+    """The gateway's TOML file for ``respgate serve`` (the tool sets written by
+    ``engine_settings``)."""
+    config = tmp_path / "respgate.toml"
+    config.write_text(
+        f"""upstream_url = "{upstream_url}"
+database_url = "{database_url}"
+data_dir = "{tmp_path / "data"}"
+
+[tool_engines.sim]
+kind = "lm"
+model = "{SIMULATOR_MODEL}"
+
+[tool_engines.api]
+kind = "rest"
+simulator = "sim"
+
+[[tool_sets]]
+namespace = "crm"
+engine = "api"
+file = "{tmp_path / "crm.yaml"}"
+
+[[tool_sets]]
+namespace = "weather"
+engine = "sim"
+file = "{tmp_path / "weather.yaml"}"
+"""
+    )
+    return config
+
+
+@contextlib.contextmanager
+def serve_process(config: Path) -> Iterator[openai.OpenAI]:
+    """``respgate serve --config`` as a real process; the openai SDK on it."""
+    port = free_port()
+    argv = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise AssertionError(f"respgate serve did not start:\n{log.read().decode()}")
+                try:
+                    if httpx.get(f"{url}/health", timeout=1).status_code < 500:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            yield openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def test_a_conversation_keeps_its_simulated_world_across_restarts_and_processes(
+    tmp_path: Path, json_server: tuple[str, Path], database_url: str
 ) -> None:
     url, _ = json_server
     upstream = EngineUpstream(model=MODEL, script=weather_script)
     tools: Any = [{"type": "mcp", "server_label": "weather", "require_approval": "never"}]
     with upstream_serving(upstream) as upstream_url:
-        settings = engine_settings(tmp_path, upstream_url, url)
+        settings = engine_settings(tmp_path, upstream_url, url, database_url=database_url)
         with gateway(settings, upstream) as first:
             conversation = first.client.conversations.create()
             first.client.responses.create(
@@ -321,12 +407,13 @@ def test_a_conversation_keeps_its_simulated_world_across_restarts_and_gateways(
             chained = first.client.responses.create(model=MODEL, input="Oslo?", tools=tools)
         assert len(upstream.simulations) == 2
         assert len(upstream.simulations[0]["input"]) == 1  # a new session: no earlier calls
-        # A restarted gateway, and a second one beside it on the same database, continue.
-        with gateway(settings, upstream) as second, gateway(settings, upstream) as third:
-            second.client.responses.create(
+        # The same gateway restarted, and another gateway process on the same database.
+        config = serve_config(tmp_path, upstream_url, database_url)
+        with gateway(settings, upstream) as restarted, serve_process(config) as other:
+            restarted.client.responses.create(
                 model=MODEL, input="Bergen?", tools=tools, conversation=conversation.id
             )
-            third.client.responses.create(
+            other.responses.create(
                 model=MODEL, input="Bergen?", tools=tools, previous_response_id=chained.id
             )
     conversation_prompt = upstream.simulations[2]["input"]
@@ -396,3 +483,44 @@ def test_openapi_tools_on_prism_and_a_404_the_model_reads(
     failed = [e for e in hook_sink.take(response.id) if e.type == "tool_call.failed"]
     assert [(e.tool, e.error_kind) for e in failed] == [("crm::get_post", "http_status")]
     assert failed[0].message and "404" in failed[0].message
+
+
+def default_script(body: JsonObject) -> list[JsonObject]:
+    outputs = tool_outputs(body)
+    names = offered(body)
+    if not outputs and "mcp__weather__forecast" in names:
+        return [call("mcp__weather__forecast", {"city": "Rome"}, "d1")]
+    return [message(",".join(sorted(names)) or "no tools")]
+
+
+def test_default_tool_sets_reach_clients_that_send_no_tools(
+    tmp_path: Path, json_server: tuple[str, Path]
+) -> None:
+    url, _ = json_server
+    upstream = EngineUpstream(model=MODEL, script=default_script)
+    with upstream_serving(upstream) as upstream_url:
+        routes = [
+            {"name": "main", "url": upstream_url, "default": True},
+            {
+                "name": "crm-only",
+                "url": upstream_url,
+                "models": ["crm-model"],
+                "tool_sets": ["crm"],
+            },
+        ]
+        settings = engine_settings(
+            tmp_path, upstream_url, url, default_tool_sets=["weather"], upstreams=routes
+        )
+        with gateway(settings, upstream) as gw:
+            plain = gw.client.responses.create(model=MODEL, input="Weather in Rome?")
+            routed = gw.client.responses.create(model="crm-model", input="Which tools?")
+            echoed = gw.http.get(f"/v1/responses/{plain.id}").json()
+    (forecast,) = [i for i in plain.output if i.type == "mcp_call"]
+    assert (forecast.server_label, forecast.name) == ("weather", "forecast")
+    assert json.loads(forecast.output or "{}")["arguments"] == {"city": "Rome"}
+    assert echoed["tools"] == []  # the operator's defaults are not echoed as the client's
+    final = routed.output[-1]
+    assert final.type == "message"
+    assert final.content[0].text == (  # type: ignore[union-attr]
+        "mcp__crm__create_post,mcp__crm__get_post,mcp__crm__update_post"
+    )
