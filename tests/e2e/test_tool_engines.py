@@ -33,6 +33,8 @@ from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.store.migrate import upgrade_to_head_sync
 from app.tool_settings import ToolSetConfig
+from tests.clients.codex_cli import ensure_installed as ensure_codex
+from tests.clients.codex_cli import run_codex_exec
 from tests.e2e import hook_sink
 from tests.e2e.engine_upstream import (
     SIMULATOR_MODEL,
@@ -524,3 +526,41 @@ def test_default_tool_sets_reach_clients_that_send_no_tools(
     assert final.content[0].text == (  # type: ignore[union-attr]
         "mcp__crm__create_post,mcp__crm__get_post,mcp__crm__update_post"
     )
+
+
+SUNNY = "Tomorrow in Oslo: sunny, by the forecast tool."
+
+
+def codex_script(body: JsonObject) -> list[JsonObject]:
+    """Codex's turn: a call of the operator's default tool, then the answer."""
+    if "mcp__weather__forecast" not in offered(body):
+        return [message("the weather tool was not offered")]
+    if not tool_outputs(body):
+        return [call("mcp__weather__forecast", {"city": "Oslo"}, "cx1")]
+    return [message(SUNNY)]
+
+
+def test_codex_cli_gets_the_operator_default_tool_sets(
+    tmp_path: Path, json_server: tuple[str, Path]
+) -> None:
+    """Codex sends its own tools only; the operator's default tool set is run by the gateway
+    in the same turn, and Codex (the real one, from npm) finishes the turn with its answer."""
+    try:
+        ensure_codex()
+    except NodeUnavailableError as exc:
+        pytest.skip(str(exc))
+    url, _ = json_server
+    upstream = EngineUpstream(model="Qwen/Qwen3-8B", script=codex_script)
+    with upstream_serving(upstream) as upstream_url:
+        settings = engine_settings(tmp_path, upstream_url, url, default_tool_sets=["weather"])
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            run = run_codex_exec(
+                f"{gateway_url}/v1",
+                "Weather in Oslo tomorrow?",
+                tmp_path / "codex",
+                model="Qwen/Qwen3-8B",
+            )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert SUNNY in run.stdout
+    assert len(upstream.simulations) == 1
+    assert tool_outputs(upstream.turns()[-1])["cx1"].startswith('{"simulated":true')
