@@ -20,6 +20,7 @@ from app.startup import (
     StartupError,
     bind_socket,
     check_environment,
+    check_tool_engines,
     load_config,
     read_cassette,
 )
@@ -83,6 +84,7 @@ def _serve(args: argparse.Namespace) -> int:
         access_log=args.access_log,
     )
     check_environment(settings)
+    check_tool_engines(settings)
     _configure_logging(settings.log_level)
     sock = bind_socket(settings.host, settings.port)
     try:

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,6 +27,7 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.engines import ToolSessionStore
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
@@ -36,6 +37,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndex
 from app.files.vector_stores import VectorStoresService
+from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import register_include_values
@@ -46,11 +48,11 @@ from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
 from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
+from app.tool_engines import build_tool_engines
 from app.tools.file_search.provider import FileSearchToolProvider, VectorStoreSearch
 from app.tools.hosted import HostedToolPolicy, HostedTools
-from app.tools.mcp.pool import McpSessionPool
 from app.tools.mcp.provider import McpToolProvider
-from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy
+from app.tools.mcp.servers import McpPolicy
 from app.tools.toolkit import GatewayToolKit
 from app.tools.web_search.backends import create_search_provider
 from app.tools.web_search.provider import WebSearchToolProvider
@@ -137,39 +139,45 @@ def hosted_tools(settings: Settings, upstream: Upstream | None = None) -> Hosted
     return HostedTools(default, policy_for)
 
 
+def default_tool_sets(
+    settings: Settings, upstream: Upstream | None = None
+) -> Callable[[JsonObject], list[str]]:
+    """The tool sets a request gets without naming them: its upstream's ``tool_sets``, else
+    ``default_tool_sets``."""
+    by_upstream = {u.name: u.tool_sets for u in settings.resolved_upstreams() if u.tool_sets}
+    default = list(settings.default_tool_sets)
+    if not by_upstream or not isinstance(upstream, UpstreamRouter):
+        return lambda body: default
+    router = upstream
+
+    def tool_sets_for(body: JsonObject) -> list[str]:
+        return by_upstream.get(router.route_for(body.get("model")).name, default)
+
+    return tool_sets_for
+
+
 def build_toolkit(
     settings: Settings,
     vector_stores: VectorStoreSearch | None = None,
     upstream: Upstream | None = None,
+    tool_sessions: ToolSessionStore | None = None,
 ) -> tuple[GatewayToolKit, contextlib.AsyncExitStack]:
     """The gateway's tool providers, and what closes their resources with the app (the
     configured MCP servers' sessions, the web search provider's HTTP client); ``upstream``
     routes the per-upstream ``hosted_tools``."""
     mcp = settings.mcp
-    configured = {
-        server.label: ConfiguredMcpServer(
-            spec=server.to_spec(os.environ),
-            allowed_tools=server.allowed_tools,
-            require_approval=server.require_approval,
-            description=server.description,
-        )
-        for server in mcp.servers
-    }
-    pool = McpSessionPool(
-        {label: entry.spec for label, entry in configured.items()},
-        connect_timeout=mcp.connect_timeout,
-    )
+    engines = build_tool_engines(settings, upstream=upstream, store=tool_sessions)
     provider = McpToolProvider(
         policy=McpPolicy(
             allowed_hosts=list(mcp.allowed_hosts),
             allow_link_local=mcp.allow_link_local,
             connect_timeout=mcp.connect_timeout,
         ),
-        configured=configured,
-        pool=pool,
+        namespaces=engines.namespaces,
+        sessions=engines.sessions,
     )
     resources = contextlib.AsyncExitStack()
-    resources.push_async_callback(pool.aclose)
+    resources.push_async_callback(engines.resources.aclose)
     search = None
     if settings.web_search_provider is not None:
         search = create_search_provider(
@@ -188,7 +196,9 @@ def build_toolkit(
     web_search = WebSearchToolProvider(search, max_results=settings.web_search_max_results)
     file_search = FileSearchToolProvider(vector_stores)
     kit = GatewayToolKit(
-        [provider, web_search, file_search], hosted=hosted_tools(settings, upstream)
+        [provider, web_search, file_search],
+        hosted=hosted_tools(settings, upstream),
+        default_tools=provider.default_tools(default_tool_sets(settings, upstream)),
     )
     register_tool_kinds(kit)
     return kit, resources
@@ -300,10 +310,15 @@ def create_app(
             files_service, vector_stores_service = await build_file_search(
                 settings, stack, embedder, database_ready=store is None
             )
+            sessions = active_store if isinstance(active_store, ToolSessionStore) else None
             toolkit, tool_resources = build_toolkit(
-                settings, vector_stores_service.searcher, active
+                settings, vector_stores_service.searcher, active, sessions
             )
             stack.push_async_callback(tool_resources.aclose)
+            events = tool_events if tool_events is not None else ToolEvents()
+            for _, hook in load_hooks(settings.tool_hooks):
+                events.subscribe(hook)
+            stack.push_async_callback(events.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
@@ -313,7 +328,7 @@ def create_app(
                     active_store,
                     toolkit=toolkit,
                     limits=loop_limits(settings),
-                    tool_events=tool_events,
+                    tool_events=events,
                 ),
                 files=files_service,
                 vector_stores=vector_stores_service,

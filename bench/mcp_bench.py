@@ -152,8 +152,13 @@ async def open_clients(url: str, which: list[str]) -> Any:
     """The selected clients, each connected once; yields name -> zero-argument coroutine."""
     from mcp import Client
 
-    from app.core.tools import GatewayCall
+    from app.core.engines import Namespace
+    from app.core.tool_sessions import ToolSessions
+    from app.core.tools import GatewayCall, ToolContext, ToolRequest
+    from app.tools.engines.multi import MultiEngine, Route
     from app.tools.mcp.client import McpSession
+    from app.tools.mcp.engine import McpEngine, McpToolSet
+    from app.tools.mcp.pool import McpSessionPool
     from app.tools.mcp.provider import McpToolProvider
     from app.tools.mcp.spec import McpServerSpec
     from app.tools.toolkit import NameTable
@@ -189,7 +194,8 @@ async def open_clients(url: str, which: list[str]) -> Any:
                 "require_approval": "never",
                 "allowed_tools": ["sum"],
             }
-            prepared = await provider.prepare([(0, tool)], [], [], NameTable(), {})
+            request = ToolRequest({}, NameTable(), ToolContext("bench", "resp_bench"))
+            prepared = await provider.prepare([(0, tool)], [], [], request)
             for closer in prepared.closers:
                 stack.push_async_callback(closer)
             executor = prepared.executors["mcp__counter__sum"]
@@ -210,6 +216,37 @@ async def open_clients(url: str, which: list[str]) -> Any:
                 return result
 
             clients["executor"] = executor_call
+        if "engine" in which:
+            # The same server configured by the operator: a namespace run by the mcp engine,
+            # through the session runner (sessions in memory) and the multi engine.
+            pool = McpSessionPool({"counter": McpServerSpec("counter", url)}, connect_timeout=20)
+            stack.push_async_callback(pool.aclose)
+            namespace = Namespace(
+                "counter", "mcp", McpToolSet(pool, "counter", "counter", list_timeout=30)
+            )
+            sessions = ToolSessions(MultiEngine({"counter": Route("mcp", McpEngine(pool))}))
+            configured = McpToolProvider(namespaces={"counter": namespace}, sessions=sessions)
+            tool = {"type": "mcp", "server_label": "counter", "allowed_tools": ["sum"]}
+            request = ToolRequest({}, NameTable(), ToolContext("bench", "resp_bench"))
+            engine_prepared = await configured.prepare([(0, tool)], [], [], request)
+            engine_executor = engine_prepared.executors["mcp__counter__sum"]
+            engine_arguments = json.dumps(ARGS)
+            engine_counter = iter(range(1 << 62))
+
+            async def engine_call() -> Any:
+                n = next(engine_counter)
+                call = GatewayCall(
+                    item_id=f"mcp_engine{n}",
+                    call_id=f"call_engine{n}",
+                    name="mcp__counter__sum",
+                    arguments=engine_arguments,
+                    output_index=0,
+                )
+                result = await engine_executor.run(call, timeout=60.0)
+                assert result.ok, result
+                return result
+
+            clients["engine"] = engine_call
         # Same answer from every client before anything is timed.
         for name, call in clients.items():
             answer = await call()
@@ -361,6 +398,7 @@ LABELS = {
     "sdk": "`mcp.Client.call_tool` (SDK, direct)",
     "session": "`McpSession.call_tool` (gateway)",
     "executor": "`McpToolExecutor.run` (gateway, as the loop calls it)",
+    "engine": "configured server: `EngineToolExecutor.run` (ToolSessions, MultiEngine, McpEngine)",
 }
 
 
@@ -386,7 +424,7 @@ def main() -> int:
     ap.add_argument("--calls", type=int, help="timed calls per client per repeat (2000; quick 500)")
     ap.add_argument("--repeats", type=int, help="interleaved passes (default 3; quick 2)")
     ap.add_argument("--warmup", type=int, default=100, help="untimed calls per client first")
-    ap.add_argument("--clients", default="sdk,session,executor")
+    ap.add_argument("--clients", default="sdk,session,executor,engine")
     ap.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
     ap.add_argument(
         "--profile",

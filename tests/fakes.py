@@ -82,11 +82,31 @@ class FakeUpstream:
         return None
 
 
-class MemoryResponseStore:
-    """An in-memory ResponseStore with the SQL store's semantics, for core unit tests (held to
-    them by the contract suite, tests/store/test_store_contract_*.py)."""
+class MemoryToolSessions:
+    """An in-memory ``ToolSessionStore`` (``app.core.engines``): each state kept as its JSON
+    text, so that what ``load_tool_session`` returns is a copy, as from the SQL store."""
 
     def __init__(self) -> None:
+        self.tool_sessions: dict[str, str] = {}
+
+    async def load_tool_session(self, session_id: str) -> JsonObject | None:
+        text = self.tool_sessions.get(session_id)
+        return None if text is None else dict(json.loads(text))
+
+    async def save_tool_session(self, session_id: str, state: JsonObject) -> None:
+        self.tool_sessions[session_id] = json.dumps(state)
+
+    async def delete_tool_session(self, session_id: str) -> None:
+        self.tool_sessions.pop(session_id, None)
+
+
+class MemoryResponseStore(MemoryToolSessions):
+    """An in-memory ResponseStore with the SQL store's semantics, for core unit tests (held to
+    them by the contract suite, tests/store/test_store_contract_*.py); also a
+    ``ToolSessionStore`` (tests/store/test_tool_session_store_contract.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.items: dict[str, JsonObject] = {}
         self.responses: dict[str, StoredResponse] = {}
         self.conversations: dict[str, StoredConversation] = {}
@@ -116,6 +136,7 @@ class MemoryResponseStore:
             input_item_ids=list(new.input_item_ids),
             conversation_id=new.conversation_id,
             created_at=int(response.get("created_at") or time.time()),
+            root_id=new.root_id or str(response["id"]),
         )
         if new.conversation_id is not None:
             self.conversation_lists[new.conversation_id] += [*new.input_item_ids, *output_ids]
@@ -157,6 +178,7 @@ class MemoryResponseStore:
 
     async def delete_conversation(self, conversation_id: str) -> bool:
         self.conversation_lists.pop(conversation_id, None)
+        await self.delete_tool_session(conversation_id)
         return self.conversations.pop(conversation_id, None) is not None
 
     async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:

@@ -59,10 +59,10 @@ def test_a_missing_config_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
 def test_an_invalid_value_is_one_line_naming_the_key(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    config = write(tmp_path / "respgate.toml", "port = 'x'\ntool_max_rounds = 0\n")
+    config = write(tmp_path / "respgate.toml", "port = 'x'\ntool_call_timeout = 0\n")
     line = fails_with(capsys, ["serve", "--config", str(config)])
     assert line.startswith(f"respgate: invalid configuration in {config}: port: ")
-    assert "; tool_max_rounds: " in line
+    assert "; tool_call_timeout: " in line
 
 
 @pytest.mark.parametrize("command", ["serve", "migrate"])
@@ -250,3 +250,30 @@ def test_alembic_narrates_only_where_it_helps(
     cli._configure_logging(level, migrations=migrations)
     assert alembic.level == alembic_level
     assert plugins.level == (0 if level == "debug" else logging.WARNING)
+
+
+@pytest.mark.parametrize(
+    ("config_text", "expected"),
+    [
+        ('[tool_engines.x]\nkind = "nosuch"\n', "engine 'x' (kind 'nosuch'): unknown engine kind"),
+        (
+            '[tool_engines.api]\nkind = "rest"\nbogus = 1\n',
+            "engine 'api' (kind 'rest'): rest engine options: bogus",
+        ),
+        (
+            '[tool_engines.api]\nkind = "rest"\n[[tool_sets]]\nnamespace = "crm"\n'
+            'engine = "api"\nfile = "TOOLS"\n',
+            "tools[0] (bad name!).name",
+        ),
+    ],
+)
+def test_a_tool_engine_mistake_is_one_line_before_the_server_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config_text: str, expected: str
+) -> None:
+    tools = write(tmp_path / "tools.yaml", "- name: bad name!\n  parameters: {type: object}\n")
+    config = write(
+        tmp_path / "respgate.toml",
+        'upstream_url = "http://127.0.0.1:9"\n' + config_text.replace("TOOLS", str(tools)),
+    )
+    line = fails_with(capsys, ["serve", "--config", str(config)])
+    assert line.startswith("respgate: ") and expected in line

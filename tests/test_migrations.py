@@ -43,6 +43,7 @@ from app.store.migrate import (
     upgrade_to_head,
 )
 from app.store.pgvector import read_pgvector_state
+from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
 from app.store.vector_index.pg_array import PgArrayIndex
 from app.store.vector_index.pg_vector import PgVectorIndex
@@ -51,7 +52,7 @@ from tests.postgres import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = set(tables.metadata.tables)
-HEAD = "0002"
+HEAD = "0003"
 SUBPROCESS_TIMEOUT = 60
 
 
@@ -219,6 +220,42 @@ async def test_0002_upgrades_a_0001_database_and_downgrades_to_it(database_url: 
     assert await _count(database_url, "conversations") == 1
 
 
+async def test_0003_upgrades_a_0002_database_and_downgrades_to_it(database_url: str) -> None:
+    # a database of the previous release, with a response in it: no root recorded
+    await _upgrade_to(database_url, "0002")
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(
+                text(
+                    "INSERT INTO responses (id, created_at, status, model, checkpoint_ids, "
+                    "input_item_ids, response) VALUES ('resp_old', 1, 'completed', 'm', '[]', "
+                    "'[]', '{\"id\": \"resp_old\"}')"
+                )
+            )
+    finally:
+        await engine.dispose()
+
+    assert await upgrade_to_head(database_url) == HEAD
+
+    assert await _inspect(database_url, _schema_diff) == []
+    store = SqlResponseStore(create_engine_for(database_url))
+    try:
+        old = await store.get_response("resp_old")
+        assert old is not None and old.root_id == "resp_old"  # NULL: its own root
+        await store.save_tool_session("resp_old", {"history": []})
+        assert await store.load_tool_session("resp_old") == {"history": []}
+    finally:
+        await store.aclose()
+    assert await downgrade_to(database_url, "0002") == "0002"
+    assert "tool_sessions" not in await _inspect(database_url, _table_names)
+    columns = await _inspect(
+        database_url, lambda c: {column["name"] for column in inspect(c).get_columns("responses")}
+    )
+    assert "root_id" not in columns
+    assert await _count(database_url, "responses") == 1
+
+
 async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_url: str) -> None:
     # The revisions alone leave chunks.embedding a real[], as on a server without pgvector;
     # `respgate migrate` (upgrade_to_head) switches it when pgvector is there, keeping chunks.
@@ -378,6 +415,7 @@ def test_cli_migrate_upgrades_to_head(database_url: str) -> None:
     assert f"revision {HEAD} (head)" in result.stdout
     assert "Running upgrade  -> 0001" in result.stderr
     assert "Running upgrade 0001 -> 0002" in result.stderr
+    assert "Running upgrade 0002 -> 0003" in result.stderr
     again = _run_cli("migrate", "--database-url", database_url)
     assert again.returncode == 0, again.stderr
     assert f"revision {HEAD} (head)" in again.stdout

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from app.settings import McpServerConfig, McpSettings, Settings, load_settings
+from app.core.loop import LoopLimits
+from app.settings import Settings, load_settings
+from app.tool_settings import McpServerConfig, McpSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,14 +85,23 @@ def test_tool_loop_defaults_and_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RESPGATE_TOOL_ROUND_TIMEOUT", "30")
     assert load_settings().tool_round_timeout == 30.0
     for key, value in [
-        ("tool_max_rounds", 0),
-        ("tool_max_rounds", 101),
+        ("tool_max_rounds", "many"),
         ("tool_call_timeout", 0),
         ("tool_max_concurrency", 65),
         ("tool_round_timeout", -1),
     ]:
         with pytest.raises(ValidationError):
             Settings(**{key: value})
+    # The tool loop's iteration cap is clamped to [1, 32] wherever it is set.
+    assert [Settings(tool_max_rounds=n).tool_max_rounds for n in (-5, 0, 1, 32, 33, 101)] == [
+        1,
+        1,
+        1,
+        32,
+        32,
+        32,
+    ]
+    assert [LoopLimits(max_rounds=n).max_rounds for n in (0, 7, 100)] == [1, 7, 32]
 
 
 def test_mcp_servers_from_toml(tmp_path: Path) -> None:

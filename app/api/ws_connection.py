@@ -155,6 +155,7 @@ class ConnectionStore(StoreDelegate):
             input_item_ids=input_ids,
             conversation_id=history.conversation_id,
             created_at=int(response.get("created_at") or 0),
+            root_id=history.root_id or str(response["id"]),
         )
 
     def evict(self) -> None:
@@ -207,6 +208,7 @@ class ConnectionStore(StoreDelegate):
             input_item_ids=list(new.input_item_ids),
             conversation_id=new.conversation_id,
             created_at=int(response.get("created_at") or 0),
+            root_id=new.root_id or str(response["id"]),
         )
 
     async def delete_response(self, response_id: str) -> bool:

@@ -3,8 +3,9 @@
 A ``ToolEngine`` answers a batch of ``EngineCall``s for one session with ``EngineResult``s, in
 call order. The session id is opaque to the engine (the gateway uses the conversation id, or
 the id of the first response of a ``previous_response_id`` chain). A session's state is JSON
-(``get_session_state``): at least ``{"history": [{"call": ..., "result": ...}, ...]}``, the
-calls the engine ran and what they gave, oldest first. The gateway persists that state between
+(``get_session_state``); an engine that runs calls itself keeps ``{"history": [{"call": ...,
+"result": ...}, ...]}``, the calls it ran and what they gave, oldest first (``multi`` keeps the
+states of the engines it routes to). The gateway persists that state between
 requests and hands it back to ``setup``, so a session continued later, or on another replica,
 sees the same world.
 
@@ -227,6 +228,7 @@ class Namespace:
     description: str | None = None
 
 
+@runtime_checkable
 class ToolSessionStore(Protocol):
     """Where engine sessions persist between requests (one JSON state per session id)."""
 
@@ -235,6 +237,20 @@ class ToolSessionStore(Protocol):
     async def save_tool_session(self, session_id: str, state: JsonObject) -> None: ...
 
     async def delete_tool_session(self, session_id: str) -> None: ...
+
+
+async def simulate_via(
+    simulator: ToolEngine, session_id: str, state: JsonObject, calls: Sequence[EngineCall]
+) -> list[EngineResult]:
+    """``simulator``'s simulated results for ``calls`` in a throwaway session seeded with
+    ``state`` (a real engine's session, so the simulation sees what really happened); the
+    simulator's own session ``session_id`` is untouched."""
+    scratch = f"{session_id}#simulate-{id(calls):x}"
+    await simulator.setup(scratch, state)
+    try:
+        return await simulator.simulate(scratch, calls)
+    finally:
+        await simulator.teardown(scratch)
 
 
 def history_of(state: JsonObject | None) -> list[tuple[EngineCall, EngineResult]]:

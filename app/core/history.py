@@ -32,6 +32,15 @@ class History:
     # Items among ``input_items`` that are not stored yet.
     new_input_items: list[JsonObject] = field(default_factory=list)
     conversation_id: str | None = None
+    # The first response of the ``previous_response_id`` chain the request continues (None:
+    # no parent); saved as the new response's ``root_id``.
+    root_id: str | None = None
+
+    @property
+    def session_id(self) -> str | None:
+        """The tool engine session of the request: its conversation's id, else its chain's
+        root response id; None for a fresh request (its own response id then)."""
+        return self.conversation_id if self.conversation_id is not None else self.root_id
 
     @property
     def stateful(self) -> bool:
@@ -175,6 +184,7 @@ async def rehydrate(store: ResponseStore, request: CreateResponseRequest) -> His
                     f"No tool output found for function call {call_id}.", param="input"
                 )
         history.history_ids = list(parent.checkpoint_ids)
+        history.root_id = parent.root_id
         history.history_items = await store.load_items(history.history_ids)
     elif conversation_id is not None:
         items = await store.conversation_items(conversation_id)

@@ -17,18 +17,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.call_runner import CallRunner
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
-from app.core.jsoncopy import clone
-from app.core.observe import ToolCallEvent, ToolEvents, preview_of
+from app.core.observe import (
+    ToolEvents,
+)
 from app.core.ports import SingleResponseStream, Upstream, UpstreamEventStream
+from app.core.response import add_usage
 from app.core.round_view import RoundView, added_event, call_event, done_event
-from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
+from app.core.tools import (
+    GatewayCall,
+    PreparedTools,
+    ToolExecutor,
+    ToolResult,
+)
 from app.errors import UpstreamProtocolError, UpstreamTimeoutError
 from app.protocol.events import StreamEvent
 from app.protocol.items import FunctionCallItem
@@ -36,8 +42,14 @@ from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
-# A guard above any configured round cap: a loop never runs more inference rounds than this.
-HARD_MAX_ROUNDS = 100
+# The tool loop's iteration cap is clamped to [MIN_ROUNDS, HARD_MAX_ROUNDS] wherever it is set.
+MIN_ROUNDS = 1
+HARD_MAX_ROUNDS = 32
+
+
+def clamp_rounds(value: int) -> int:
+    """A round cap within [1, 32]."""
+    return max(MIN_ROUNDS, min(value, HARD_MAX_ROUNDS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +58,9 @@ class LoopLimits:
     call_timeout: float = 60.0
     max_concurrency: int = 5
     round_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_rounds", clamp_rounds(self.max_rounds))
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,25 +72,6 @@ class LoopRequest:
     stream: bool
     response_id: str
     max_tool_calls: int | None = None
-
-
-def add_usage(total: JsonObject | None, more: JsonObject | None) -> JsonObject | None:
-    """Token usage summed across rounds (nested ``*_details`` counts too)."""
-    if more is None:
-        return total
-    if total is None:
-        return clone(more)
-    out = clone(total)
-    for key, value in more.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float):
-            current = out.get(key)
-            out[key] = (current if isinstance(current, int | float) else 0) + value
-        elif isinstance(value, dict):
-            nested = out.get(key)
-            out[key] = add_usage(nested if isinstance(nested, dict) else {}, value)
-    return out
 
 
 class ToolLoop:
@@ -98,7 +94,12 @@ class ToolLoop:
         self._stream = request.stream
         self._response_id = request.response_id
         self._max_tool_calls = request.max_tool_calls
-        self._tool_events = tool_events or ToolEvents()
+        self._runner = CallRunner(
+            tool_events or ToolEvents(),
+            request.response_id,
+            call_timeout=limits.call_timeout,
+            max_concurrency=limits.max_concurrency,
+        )
         self._model_items: list[JsonObject] = list(prepared.upstream_input)
         self._pending: UpstreamEventStream | None = None
         self._accumulator: ResponseAccumulator | None = None
@@ -151,7 +152,8 @@ class ToolLoop:
                 yield event
         while True:
             self._round += 1
-            if self._round > min(self._limits.max_rounds, HARD_MAX_ROUNDS) + 1:
+            self._runner.round = self._round
+            if self._round > self._limits.max_rounds + 1:
                 raise UpstreamProtocolError("the tool loop exceeded its round guard")
             async for event in self._run_round():
                 yield event
@@ -305,14 +307,10 @@ class ToolLoop:
         for call, executor in runnable:
             for kind in executor.presentation.running_events:
                 yield call_event(kind, call)
-        semaphore = asyncio.Semaphore(self._limits.max_concurrency)
-        tasks = {
-            call.item_id: asyncio.create_task(self._run_one(call, executor, semaphore))
-            for call, executor in runnable
-        }
+        running = self._runner.start(runnable)
         try:
             for call, executor in pairs:
-                result = refused.get(call.item_id) or await tasks[call.item_id]
+                result = refused.get(call.item_id) or await running.result(call.item_id)
                 for event in self._close_call(call, executor, result):
                     yield event
                 self._results_fed = True
@@ -324,36 +322,7 @@ class ToolLoop:
                     }
                 )
         finally:
-            for task in tasks.values():
-                task.cancel()
-
-    async def _run_one(
-        self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore
-    ) -> ToolResult:
-        async with semaphore:
-            self._observe("start", call)
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(self._limits.call_timeout + 1.0):
-                    result = await executor.run(call, timeout=self._limits.call_timeout)
-            except TimeoutError:
-                result = executor.error_result(
-                    call,
-                    f"the tool call timed out after {self._limits.call_timeout:g} s",
-                    status="failed",
-                )
-            except Exception as exc:  # a tool failure is data for the model, never a crash
-                logger.exception("tool executor failed", extra={"tool": call.name})
-                result = executor.error_result(call, f"the tool failed: {exc}", status="failed")
-            elapsed = (time.perf_counter() - started) * 1000
-            self._observe(
-                "complete" if result.ok else "error",
-                call,
-                ok=result.ok,
-                duration_ms=elapsed,
-                preview=result.preview or preview_of(result.model_output),
-            )
-            return result
+            running.cancel()
 
     def _close_call(
         self, call: GatewayCall, executor: ToolExecutor, result: ToolResult
@@ -373,18 +342,6 @@ class ToolLoop:
     def _set_output(self, index: int, item: JsonObject) -> None:
         if 0 <= index < len(self.output):
             self.output[index] = item
-
-    def _observe(self, phase: str, call: GatewayCall, **fields: Any) -> None:
-        self._tool_events.emit(
-            ToolCallEvent(
-                phase=phase,  # type: ignore[arg-type]
-                response_id=self._response_id,
-                round=self._round,
-                tool=call.name,
-                item_id=call.item_id,
-                **fields,
-            )
-        )
 
 
 def _in_order(view: RoundView, items: list[FunctionCallItem]) -> list[GatewayCall]:

@@ -111,7 +111,9 @@ class StoredResponse:
 
     ``checkpoint_ids`` is the ordered list of item ids a continuation starts from: the history
     the response was generated from, then its own input, then its output. ``input_item_ids`` is
-    its own input only (``GET /v1/responses/{id}/input_items``).
+    its own input only (``GET /v1/responses/{id}/input_items``). ``root_id`` is the first
+    response of its ``previous_response_id`` chain (its own id for a root): the chain's tool
+    engine session id.
     """
 
     id: str
@@ -120,6 +122,7 @@ class StoredResponse:
     input_item_ids: list[str]
     conversation_id: str | None
     created_at: int
+    root_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +147,8 @@ class NewResponse:
     ``new_items`` are items not stored yet (the request's input items that did not reference an
     existing item, and the output); every id in ``input_item_ids`` and ``output`` is either in
     ``new_items`` or already stored. With ``conversation_id``, the input then the output item
-    ids are appended to that conversation.
+    ids are appended to that conversation. ``root_id`` is the first response of the chain it
+    continues (``previous_response_id``; None: it is its own root).
     """
 
     response: JsonObject
@@ -152,6 +156,7 @@ class NewResponse:
     input_item_ids: list[str]
     new_items: list[JsonObject]
     conversation_id: str | None
+    root_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.core.ids import new_id
+from app.core.jsoncopy import clone
 from app.protocol.items import ITEM_ID_PREFIXES, fill_item
 from app.protocol.json_types import JsonObject
 
@@ -127,6 +128,25 @@ _KEY_ORDER = (
     "conversation",
     "prompt",
 )
+
+
+def add_usage(total: JsonObject | None, more: JsonObject | None) -> JsonObject | None:
+    """Token usage summed across rounds (nested ``*_details`` counts too)."""
+    if more is None:
+        return total
+    if total is None:
+        return clone(more)
+    out = clone(total)
+    for key, value in more.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int | float):
+            current = out.get(key)
+            out[key] = (current if isinstance(current, int | float) else 0) + value
+        elif isinstance(value, dict):
+            nested = out.get(key)
+            out[key] = add_usage(nested if isinstance(nested, dict) else {}, value)
+    return out
 
 
 def normalize_usage(usage: Any) -> JsonObject | None:

@@ -29,17 +29,17 @@ from app.core.response import (
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
-from app.core.tools import ToolKit
+from app.core.tools import ToolContext, ToolKit
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
 from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
-from app.protocol.requests import ParsedRequest
+from app.protocol.requests import SIMULATE_FIELD, ParsedRequest
 
 logger = logging.getLogger(__name__)
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
-_STATE_FIELDS = ("previous_response_id", "conversation")
+_STATE_FIELDS = ("previous_response_id", "conversation", SIMULATE_FIELD)
 # Fields the tool loop answers itself instead of forwarding.
 _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
 
@@ -104,7 +104,7 @@ class ResponsesService:
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
         referenced = len(history.new_input_items) != len(history.input_items)
-        if not history.stateful and not referenced:
+        if not history.stateful and not referenced and SIMULATE_FIELD not in body:
             return history, body
         upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
         upstream_body["input"] = history.upstream_input()
@@ -127,7 +127,12 @@ class ResponsesService:
         items = [*history.history_items, *history.input_items]
         if not toolkit.involves_gateway(body, items):
             return None
-        prepared = await toolkit.prepare(body, history.history_items, history.input_items)
+        context = ToolContext(
+            session_id=history.session_id or response_id,
+            response_id=response_id,
+            simulate=body.get(SIMULATE_FIELD) is True,
+        )
+        prepared = await toolkit.prepare(body, history.history_items, history.input_items, context)
         upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
         include: list[Any] | None = request.params.include
         if prepared.upstream_include is not None:
@@ -331,6 +336,7 @@ class ResponsesService:
                 input_item_ids=[str(item["id"]) for item in history.input_items],
                 new_items=[*history.new_input_items, *response["output"]],
                 conversation_id=history.conversation_id,
+                root_id=history.root_id,
             )
         )
 

@@ -13,9 +13,9 @@ puts the providers together into the ``ToolKit``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
 
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
@@ -37,14 +37,36 @@ class GatewayCall:
     approval_request_id: str | None = None
 
 
+NOT_RUN = "not_run"
+"""The ``error_kind`` of a call that was never run (``max_tool_calls``, the response ended)."""
+
+
+def error_kind_of(status: str) -> str:
+    """The ``error_kind`` of an ``error_result`` with item ``status``: ``incomplete`` means
+    the call was not run (``not_run``), anything else that it failed (``error``)."""
+    return NOT_RUN if status == "incomplete" else "error"
+
+
 @dataclass(frozen=True, slots=True)
 class ToolResult:
-    """A finished gateway call: the item the client sees and the text the model reads."""
+    """A finished gateway call: the item the client sees and the text the model reads.
+
+    A failed call (``ok`` false) names why in ``error_kind``, a short machine-readable word
+    (``timeout``, ``exception``, ``not_run``, ``invalid_arguments``, ``http_status`` ...) that
+    the tool-call events carry; ``None`` on success."""
 
     item: JsonObject
     model_output: str
     ok: bool
     preview: str = ""
+    # How long the call itself took, when the executor measured it (a batch's calls each
+    # report their own); ``None``: the loop's own measure.
+    duration_ms: float | None = None
+    error_kind: str | None = None
+
+    def with_kind(self, kind: str) -> ToolResult:
+        """This result with ``error_kind`` set to ``kind``."""
+        return replace(self, error_kind=kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,8 +107,37 @@ class ToolExecutor(Protocol):
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
         """The result of a call that was not run or could not finish (``message`` for both the
-        client's item and the model)."""
+        client's item and the model); its ``error_kind`` is ``error_kind_of(status)``."""
         ...
+
+
+class ToolBatch(Protocol):
+    """Runs several calls of one round together (one tool engine batch for one session)."""
+
+    async def run_batch(
+        self,
+        calls: Sequence[GatewayCall],
+        *,
+        timeout: float,  # noqa: ASYNC109
+    ) -> list[ToolResult]:
+        """One result per call, in call order; failures are results. ``timeout`` is per call."""
+        ...
+
+
+@runtime_checkable
+class NamedTool(Protocol):
+    """An executor that names its tool for logs and hooks (``namespace::tool``); the others
+    are named by their upstream function name."""
+
+    qualified_name: str
+
+
+@runtime_checkable
+class BatchedToolExecutor(ToolExecutor, Protocol):
+    """An executor whose calls of one round go to its ``batch`` together with the other calls
+    of the same batch (the loop groups them), instead of one ``run`` each."""
+
+    batch: ToolBatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +189,11 @@ class ToolKit(Protocol):
         ...
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: ToolContext | None = None,
     ) -> PreparedTools:
         """Resolve the request's tools (listing MCP servers where needed) and lower
         ``history + new_input`` to what the upstream understands. Raises
@@ -208,6 +263,27 @@ class ProviderTools:
     annotators: list[Callable[[str], list[JsonObject]]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Who a request's tools run for: the engine session (the conversation id, or the id of the
+    first response of a ``previous_response_id`` chain), the response being made, and whether
+    the request is a dry run (``simulate``: every engine-run call is simulated)."""
+
+    session_id: str
+    response_id: str
+    simulate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRequest:
+    """What a provider is told about the request: its whole body (``include``,
+    ``tool_choice`` …), the upstream names of this request's tools, and its ``ToolContext``."""
+
+    body: JsonObject
+    names: ToolNames
+    context: ToolContext
+
+
 class ToolProvider(Protocol):
     """The gateway side of one tool kind: turns its tools into ``function`` tools for the
     upstream (which only speaks function calling), returns one ``ToolExecutor`` per function
@@ -226,11 +302,9 @@ class ToolProvider(Protocol):
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
-        """Resolve this provider's request tools (``(index in tools, tool)``); ``request`` is
-        the whole request body (``include``, ``tool_choice`` …)."""
+        """Resolve this provider's request tools (``(index in tools, tool)``)."""
         ...
 
     def lower(self, items: list[JsonObject], names: ToolNames) -> list[JsonObject]:

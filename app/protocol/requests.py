@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator
 
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
@@ -186,6 +186,9 @@ class ContextManagementParam(_Open):
     compact_threshold: int | None = None
 
 
+SIMULATE_FIELD = "simulate"
+
+
 class CreateResponseRequest(BaseModel):
     """``POST /v1/responses``."""
 
@@ -213,6 +216,10 @@ class CreateResponseRequest(BaseModel):
     include: list[str] | None = None
     reasoning: ReasoningParam | None = None
     text: TextParam | None = None
+    # respgate's own: a dry run of the gateway's tool engines (every engine-run call of this
+    # response is simulated; nothing is written to a real system). Sent with the ``openai``
+    # SDK as ``extra_body={"simulate": True}``; never forwarded upstream.
+    simulate: StrictBool | None = None
     truncation: Literal["auto", "disabled"] | None = None
     user: str | None = None
     safety_identifier: str | None = None

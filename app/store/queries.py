@@ -38,7 +38,7 @@ from sqlalchemy.sql.compiler import Compiled, SQLCompiler
 
 from app.protocol.json_types import JsonObject
 from app.store.engine import json_loads
-from app.store.tables import conversation_items, conversations, items, responses
+from app.store.tables import conversation_items, conversations, items, responses, tool_sessions
 
 # Decoding more JSON text than this at once pauses the cyclic GC (``decode_objects``).
 GC_PAUSE_MIN_CHARS = 64 * 1024
@@ -62,7 +62,7 @@ class Queries:
     """PostgreSQL: row-lock the conversations of ``:counts`` in id order (no deadlock)."""
     get_response: Select[Any]
     """``:response_id`` -> response, checkpoint_ids, input_item_ids (JSON texts),
-    conversation_id, created_at."""
+    conversation_id, created_at, root_id (NULL: the response is its own root)."""
     get_conversation: Select[Any]
     """``:conversation_id`` -> created_at, metadata (JSON text)."""
     conversation_items: Select[Any]
@@ -70,6 +70,8 @@ class Queries:
     when the conversation does not exist, one NULL payload when it is empty."""
     conversation_item: Select[Any]
     """``:conversation_id``, ``:item_id`` -> the payload text, if the item is in it."""
+    get_tool_session: Select[Any]
+    """``:session_id`` -> the tool engine session's state (JSON text)."""
 
 
 def build_queries(dialect: str) -> Queries:
@@ -115,6 +117,7 @@ def build_queries(dialect: str) -> Queries:
             _as_text(dialect, responses.c.input_item_ids),
             responses.c.conversation_id,
             responses.c.created_at,
+            responses.c.root_id,
         ).where(responses.c.id == bindparam("response_id", type_=String)),
         get_conversation=select(
             conversations.c.created_at, _as_text(dialect, conversations.c.metadata)
@@ -133,6 +136,9 @@ def build_queries(dialect: str) -> Queries:
             conversation_items.c.item_id == bindparam("item_id", type_=String),
         )
         .limit(1),
+        get_tool_session=select(_as_text(dialect, tool_sessions.c.state)).where(
+            tool_sessions.c.session_id == bindparam("session_id", type_=String)
+        ),
     )
 
 

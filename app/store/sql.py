@@ -1,6 +1,6 @@
 """``SqlResponseStore``: the ``ResponseStore`` port on SQLAlchemy Core (SQLite or PostgreSQL).
 
-It is made of three parts, one module each:
+It is made of four parts, one module each:
 
 - ``sql_database.SqlDatabase``: what the parts share: the engine, one transaction per write
   (SQLite: queued on an ``asyncio.Lock`` of this process first), snapshot reads, the hot
@@ -15,6 +15,9 @@ It is made of three parts, one module each:
   Concurrent saves share transactions (group commit, ``batching.py``).
 - ``sql_conversations.SqlConversations``: conversations, whose items are
   ``conversation_items`` rows ordered by ``position``.
+- ``sql_tool_sessions.SqlToolSessions``: tool engine session states by session id
+  (``app.core.engines.ToolSessionStore``, so the gateway's engines persist their sessions in
+  the store it already has); deleting a conversation deletes its session.
 
 Errors (``app.core.store_errors``): ``save_response`` raises ``ConversationNotFoundError`` when
 its conversation is gone (nothing is written); ``append_conversation_items`` raises
@@ -30,10 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.store.sql_conversations import SqlConversations
 from app.store.sql_database import SqlDatabase
 from app.store.sql_responses import SqlResponses
+from app.store.sql_tool_sessions import SqlToolSessions
 
 
-class SqlResponseStore(SqlResponses, SqlConversations):
-    """The response store on an ``AsyncEngine`` from ``app.store.engine.create_engine_for``."""
+class SqlResponseStore(SqlResponses, SqlConversations, SqlToolSessions):
+    """The response store on an ``AsyncEngine`` from ``app.store.engine.create_engine_for``;
+    also a ``ToolSessionStore``."""
 
     def __init__(self, engine: AsyncEngine, *, inline_reads: bool = True) -> None:
         """``inline_reads``: on a SQLite file, run the small single-statement reads on a
@@ -41,6 +46,7 @@ class SqlResponseStore(SqlResponses, SqlConversations):
         self.db = SqlDatabase(engine, inline_reads=inline_reads)
         SqlResponses.__init__(self, self.db)
         SqlConversations.__init__(self, self.db)
+        SqlToolSessions.__init__(self, self.db)
 
     async def aclose(self) -> None:
         await self.close_saves()

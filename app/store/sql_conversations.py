@@ -5,7 +5,8 @@ A conversation's items are ``conversation_items`` rows ordered by ``position``; 
 reserves a contiguous block of positions under the conversation's lock (``sql_database``), so
 concurrent appends to one conversation are serialized and none is lost.
 ``append_conversation_items`` raises ``ItemAlreadyInConversationError`` (nothing is written),
-``list_conversation_items`` ``UnknownCursorError`` for an unknown ``after``.
+``list_conversation_items`` ``UnknownCursorError`` for an unknown ``after``. Deleting a
+conversation deletes its tool engine session (``sql_tool_sessions``) in the same transaction.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from app.protocol.json_types import JsonObject
 from app.store.engine import json_dumps, json_loads
 from app.store.queries import decode_objects
 from app.store.sql_database import SqlDatabase, is_descending
+from app.store.sql_tool_sessions import delete_session
 from app.store.tables import conversation_items, conversations, items
 
 
@@ -86,6 +88,7 @@ class SqlConversations:
             result = await conn.execute(
                 delete(conversations).where(conversations.c.id == conversation_id)
             )
+            await delete_session(conn, conversation_id)
             return bool(result.rowcount)
 
     async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:

@@ -77,6 +77,7 @@ class SqlDatabase:
                 "get_conversation",
                 "conversation_items",
                 "conversation_item",
+                "get_tool_session",
             )
         }
         path = inline_database_path(engine.url) if is_sqlite and inline_reads else None

@@ -6,6 +6,9 @@
 - Concurrent ``save_response`` calls share transactions (group commit, ``batching.py``), each
   still atomic on its own: ~10x the throughput of one transaction per save at c=32. On a SQLite
   file the whole transaction goes in one hop to a writer thread (``sqlite_writer.py``).
+- A response row records the first response of its ``previous_response_id`` chain
+  (``root_id``, its own id for a root; NULL in rows from before migration 0003, read as the
+  row's own id).
 - A save into a conversation appends its input and output ids to it (positions reserved as in
   ``sql_database``); ``save_response`` raises ``ConversationNotFoundError`` when the
   conversation is gone (nothing is written), ``list_input_items`` ``UnknownCursorError`` for an
@@ -52,7 +55,7 @@ class SqlResponses:
         rows = await self._db.fetch("get_response", response_id=response_id)
         if not rows:
             return None
-        response, checkpoint_ids, input_item_ids, conversation_id, created_at = rows[0]
+        response, checkpoint_ids, input_item_ids, conversation_id, created_at, root_id = rows[0]
         return StoredResponse(
             id=response_id,
             response=json_loads(response),
@@ -60,6 +63,7 @@ class SqlResponses:
             input_item_ids=json_loads(input_item_ids),
             conversation_id=conversation_id,
             created_at=int(created_at),
+            root_id=root_id or response_id,
         )
 
     async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
@@ -92,6 +96,7 @@ class SqlResponses:
                     "checkpoint_ids": [*new.history_ids, *new.input_item_ids, *output_ids],
                     "input_item_ids": list(new.input_item_ids),
                     "response": response,
+                    "root_id": new.root_id or response["id"],
                 }
             )
             if new.conversation_id is not None:
@@ -143,6 +148,7 @@ class SqlResponses:
                 json_dumps(row["checkpoint_ids"]),
                 json_dumps(row["input_item_ids"]),
                 json_dumps(row["response"]),
+                row["root_id"],
             )
             for row in response_rows
         ]

@@ -26,8 +26,8 @@ INSERT_ITEM = (
 )
 INSERT_RESPONSE = (
     "INSERT INTO responses (id, created_at, status, model, previous_response_id, "
-    "conversation_id, checkpoint_ids, input_item_ids, response) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "conversation_id, checkpoint_ids, input_item_ids, response, root_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 RESERVE_POSITIONS = (
     "UPDATE conversations SET next_position = next_position + ? WHERE id = ? "

@@ -5,7 +5,9 @@ either form of ``chunks.embedding`` on PostgreSQL: ``real[]``, or pgvector's ``v
 
 Items are stored once, keyed by their public id. A response keeps its continuation checkpoint
 as an ordered JSON list of item ids, and a conversation its items as ordered rows, so that
-rehydrating any history is one bulk read by ids, never a walk up ``previous_response_id``.
+rehydrating any history is one bulk read by ids, never a walk up ``previous_response_id``;
+likewise a response records its chain's first response (``root_id``), whose id names the
+chain's tool engine session (``tool_sessions``).
 JSON columns use the ``json`` type (not ``jsonb``) so that objects come back with their keys
 in the order they were written: ``GET /v1/responses/{id}`` returns what the stream carried.
 """
@@ -74,6 +76,10 @@ responses = Table(
     Column("checkpoint_ids", JSON, nullable=False),
     Column("input_item_ids", JSON, nullable=False),
     Column("response", JSON, nullable=False),
+    # The first response of its ``previous_response_id`` chain (its own id for a root; NULL in
+    # rows written before migration 0003, which read as their own id): the chain's tool
+    # engine session id.
+    Column("root_id", ID, nullable=True),
 )
 
 conversations = Table(
@@ -101,6 +107,18 @@ conversation_items = Table(
 
 Index(None, conversation_items.c.conversation_id, conversation_items.c.item_id)
 Index(None, responses.c.conversation_id)
+
+# One tool engine session's state (``app.core.engines.ToolSessionStore``), by session id: a
+# conversation's id or a chain's root response id. Not a foreign key (a chain's root response
+# may be deleted while its children continue); deleting a conversation deletes its session.
+tool_sessions = Table(
+    "tool_sessions",
+    metadata,
+    Column("session_id", ID, primary_key=True),
+    Column("state", JSON, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
 
 
 # ------------------------------------------------------------------ files and vector stores

@@ -15,10 +15,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from app.core.tools import PreparedTools, ProviderTools, ToolExecutor, ToolProvider
+from app.core.tools import (
+    PreparedTools,
+    ProviderTools,
+    ToolContext,
+    ToolExecutor,
+    ToolProvider,
+    ToolRequest,
+)
 from app.errors import InvalidRequestError
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
@@ -94,9 +101,15 @@ class GatewayToolKit:
     """``core.tools.ToolKit`` over a set of providers, one per gateway tool kind."""
 
     def __init__(
-        self, providers: Sequence[ToolProvider], hosted: HostedTools | None = None
+        self,
+        providers: Sequence[ToolProvider],
+        hosted: HostedTools | None = None,
+        default_tools: Callable[[JsonObject], list[JsonObject]] | None = None,
     ) -> None:
+        """``default_tools`` gives the tools a request gets without naming them (an
+        operator's default tool sets for the request's route)."""
         self._providers = list(providers)
+        self._default_tools = default_tools
         self._by_tool_type = {t: p for p in self._providers for t in p.spec.tool_types}
         self._item_types = frozenset(t for p in self._providers for t in p.spec.item_types)
         self._include = frozenset(v for p in self._providers for v in p.spec.include)
@@ -115,9 +128,17 @@ class GatewayToolKit:
         """The item types of every tool kind, for the protocol's registry."""
         return tuple(kind for p in self._providers for kind in p.spec.items)
 
+    def _tools(self, body: JsonObject) -> list[JsonObject]:
+        """The request's tools, then the defaults of its route."""
+        raw = body.get("tools")
+        tools = [t for t in raw if isinstance(t, dict)] if isinstance(raw, list) else []
+        if self._default_tools is not None:
+            tools.extend(self._default_tools(body))
+        return tools
+
     def involves_gateway(self, body: JsonObject, items: list[JsonObject]) -> bool:
-        tools = body.get("tools")
-        if isinstance(tools, list):
+        tools = self._tools(body)
+        if tools:
             for tool in (t for t in tools if isinstance(t, dict)):
                 if self._runs(tool):
                     return True
@@ -158,16 +179,20 @@ class GatewayToolKit:
         return grouped, upstream_tools, dropped
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: ToolContext | None = None,
     ) -> PreparedTools:
-        raw_tools = body.get("tools")
-        tools = [t for t in raw_tools if isinstance(t, dict)] if isinstance(raw_tools, list) else []
+        tools = self._tools(body)
         client_names = [str(t.get("name")) for t in tools if t.get("type") == "function"]
         names = NameTable(client_names)
+        request = ToolRequest(body, names, context or ToolContext("", ""))
         grouped, upstream_tools, dropped = self._sort(tools, self._hosted.policy(body))
         parts = await asyncio.gather(
             *(
-                p.prepare(grouped.get(id(p), []), history, new_input, names, body)
+                p.prepare(grouped.get(id(p), []), history, new_input, request)
                 for p in self._providers
             ),
             return_exceptions=True,

@@ -4,6 +4,7 @@ the client, the gateway runs in process in front of a recording fake upstream.""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,11 @@ def _error(gateway: tuple[openai.OpenAI, Any], body: JsonObject, status: int = 4
     """The error the SDK raised for ``body``; nothing reached the upstream."""
     client, upstream = gateway
     upstream.requests.clear()
+    known = set(inspect.signature(client.responses.create).parameters)
+    extra = {k: v for k, v in body.items() if k not in known}  # respgate's own, e.g. simulate
+    fields = {k: v for k, v in body.items() if k in known}
     with pytest.raises(openai.APIStatusError) as caught:
-        client.responses.create(**body)
+        client.responses.create(**fields, extra_body=extra or None)
     assert caught.value.status_code == status
     envelope = caught.value.body
     assert isinstance(envelope, dict) and set(envelope) == {
@@ -133,6 +137,13 @@ BAD_REQUESTS: list[tuple[str, JsonObject, str, str | None, str]] = [
         "reasoning.effort",
         "invalid_value",
         "Invalid value for 'reasoning.effort': Input should be a valid string.",
+    ),
+    (
+        "simulate that is not a boolean",
+        {"simulate": "yes"},
+        "simulate",
+        "invalid_value",
+        "Invalid value for 'simulate': Input should be a valid boolean.",
     ),
     (
         "reasoning that is not an object",

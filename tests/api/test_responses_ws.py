@@ -183,6 +183,18 @@ def test_a_stored_turn_after_unstored_ones_stores_its_whole_history(
     assert texts(items["data"]) == ["q2"]
 
 
+def test_a_chain_through_the_connection_keeps_its_root(store: MemoryResponseStore) -> None:
+    # The connection's unstored turns carry the chain's first response (its tool session).
+    upstream = ScriptedUpstream([[message("a1")], [message("a2")], [message("a3")]])
+    with gateway(upstream, store) as http, http.websocket_connect("/v1/responses") as ws:
+        first = completed(ws, input="q1", store=False)
+        second = completed(ws, input="q2", previous_response_id=first["id"], store=False)
+        third = completed(ws, input="q3", previous_response_id=second["id"], store=True)
+    stored = store.responses[third["id"]]
+    assert stored.root_id == first["id"]
+    assert list(store.responses) == [third["id"]]
+
+
 def test_unknown_previous_response_is_an_error_event(store: MemoryResponseStore) -> None:
     upstream = ScriptedUpstream([[message("fine")]])
     with gateway(upstream, store) as http, http.websocket_connect("/v1/responses") as ws:

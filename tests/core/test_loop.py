@@ -12,7 +12,7 @@ import pytest
 from app.core.loop import LoopLimits
 from app.core.observe import ToolCallEvent, ToolEvents
 from app.core.service import ResponsesService
-from app.core.tools import GatewayCall, PreparedTools, ToolExecutor, ToolResult
+from app.core.tools import GatewayCall, PreparedTools, ToolContext, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import ParsedRequest
@@ -88,7 +88,11 @@ class FakeToolKit:
         )
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: ToolContext | None = None,
     ) -> PreparedTools:
         client = [t for t in body.get("tools") or [] if t.get("type") == "function"]
         functions = [
@@ -308,9 +312,11 @@ async def test_tool_events_reach_the_hook() -> None:
         upstream, MemoryResponseStore(), toolkit=FakeToolKit([add_tool()]), tool_events=events
     )
     await service.create(ParsedRequest.from_body(BODY), {})
-    assert [e.phase for e in seen] == ["start", "complete"]
+    await events.drain()
+    assert [e.type for e in seen] == ["tool_call.started", "tool_call.completed"]
     assert seen[1].ok is True and seen[1].preview == "2" and seen[1].duration_ms is not None
     assert seen[0].tool == "mcp__fake__add" and seen[0].round == 1
+    assert seen[0].item_id == seen[1].item_id and seen[0].response_id == seen[1].response_id
 
 
 class FailingSecondRound(ScriptedUpstream):

@@ -20,6 +20,7 @@ from app.core.tools import (
     ToolExecutor,
     ToolKindSpec,
     ToolNames,
+    ToolRequest,
     ToolResult,
 )
 from app.errors import InvalidRequestError
@@ -96,14 +97,16 @@ class CalculatorProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
+        names = request.names
         out = ProviderTools()
         if tools:
             self.keys.extend(tool.get("api_key") for _, tool in tools)
             name = names.claim("calculator")
-            out.executors[name] = CalculatorExecutor(steps=STEPS in (request.get("include") or []))
+            out.executors[name] = CalculatorExecutor(
+                steps=STEPS in (request.body.get("include") or [])
+            )
             parameters = {"type": "object", "properties": {"a": {}, "b": {}}}
             out.upstream_tools.append({"type": "function", "name": name, "parameters": parameters})
         return out

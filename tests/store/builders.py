@@ -65,6 +65,7 @@ def turn(
     outputs: list[JsonObject] | None = None,
     stored_inputs: list[JsonObject] | None = None,
     response_id: str | None = None,
+    root_id: str | None = None,
 ) -> NewResponse:
     """A new response: fresh ``inputs`` (default: one user message) plus ``stored_inputs``
     (already stored, referenced by id), and ``outputs`` (default: one assistant message)."""
@@ -82,6 +83,7 @@ def turn(
         input_item_ids=[item["id"] for item in [*referenced, *fresh]],
         new_items=[*fresh, *produced],
         conversation_id=conversation_id,
+        root_id=root_id,
     )
 
 

@@ -140,7 +140,7 @@ class MemoryBackend:
     def __init__(self) -> None:
         self._store = MemoryResponseStore()
 
-    def new_store(self) -> ResponseStore:
+    def new_store(self) -> MemoryResponseStore:
         return self._store
 
 

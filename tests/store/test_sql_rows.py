@@ -44,21 +44,26 @@ async def rows_of(backend: Backend, conversation_id: str) -> list[tuple[int, str
 
 
 async def test_response_row_columns(backend: Backend, store: SqlResponseStore) -> None:
-    new = turn("x", previous_response_id="resp_parent")
+    new = turn("x", previous_response_id="resp_parent", root_id="resp_root")
     new.response["status"] = "incomplete"
+    root = turn("root")
     await store.save_response(new)
+    await store.save_response(root)
     engine = backend.make_engine()
     try:
         async with engine.connect() as conn:
-            row = (
-                await conn.execute(select(responses).where(responses.c.id == new.response["id"]))
-            ).one()
+            row, root_row = [
+                (await conn.execute(select(responses).where(responses.c.id == saved))).one()
+                for saved in (new.response["id"], root.response["id"])
+            ]
     finally:
         await engine.dispose()
     assert row.status == "incomplete"
     assert row.model == "gpt-test"
     assert row.previous_response_id == "resp_parent"
     assert row.conversation_id is None
+    assert row.root_id == "resp_root"
+    assert root_row.root_id == root.response["id"]  # a root records itself
 
 
 async def test_an_item_saved_twice_is_one_row(backend: Backend, store: SqlResponseStore) -> None:

@@ -252,3 +252,27 @@ async def test_aclose_keeps_what_was_saved(any_backend: Backend | MemoryBackend)
     stored = await reopened.get_response(new.response["id"])
     assert stored is not None and stored.response == new.response
     assert await reopened.load_items(stored.checkpoint_ids) == new.new_items
+
+
+async def test_the_root_of_a_chain_of_three_survives(store: ResponseStore) -> None:
+    first = turn("one")
+    await store.save_response(first)  # no root given: its own
+    root = await store.get_response(first.response["id"])
+    assert root is not None and root.root_id == root.id
+    parent = root
+    for text in ("two", "three"):
+        new = turn(
+            text,
+            history_ids=parent.checkpoint_ids,
+            previous_response_id=parent.id,
+            root_id=parent.root_id,
+        )
+        await store.save_response(new)
+        child = await store.get_response(new.response["id"])
+        assert child is not None
+        assert child.root_id == root.id
+        parent = child
+
+    assert await store.delete_response(root.id) is True
+    last = await store.get_response(parent.id)  # the chain keeps its root's id
+    assert last is not None and last.root_id == root.id

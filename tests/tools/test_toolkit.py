@@ -7,15 +7,19 @@ from typing import Any
 
 import pytest
 
+from app.core.engines import Namespace
+from app.core.tool_sessions import ToolSessions
 from app.core.tools import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
+from app.tools.engines.multi import MultiEngine, Route
 from app.tools.file_search.provider import FileSearchToolProvider
+from app.tools.mcp.engine import McpEngine, McpToolSet
 from app.tools.mcp.lowering import lower_mcp_items
 from app.tools.mcp.outcomes import McpToolInfo
 from app.tools.mcp.pool import McpSessionPool
 from app.tools.mcp.provider import McpToolProvider
-from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy, approval_required
+from app.tools.mcp.servers import McpPolicy, approval_required
 from app.tools.mcp.spec import McpServerSpec
 from app.tools.toolkit import MAX_NAME_LENGTH, GatewayToolKit, NameTable
 from app.tools.web_search.provider import WebSearchToolProvider
@@ -223,11 +227,18 @@ async def test_configured_servers_are_used_by_label_over_http_and_stdio(counter_
         "local": McpServerSpec(label="local", transport="stdio", command=argv, env=env),
     }
     pool = McpSessionPool(specs, connect_timeout=20)
-    configured = {
-        "docs": ConfiguredMcpServer(specs["docs"], allowed_tools=["sum"]),
-        "local": ConfiguredMcpServer(specs["local"], allowed_tools=["echo"]),
+    namespaces = {
+        label: Namespace(
+            label,
+            "mcp",
+            McpToolSet(pool, label, label, list_timeout=20),
+            allowed_tools=(tool,),
+        )
+        for label, tool in (("docs", "sum"), ("local", "echo"))
     }
-    kit = GatewayToolKit([McpToolProvider(configured=configured, pool=pool)])
+    engine = MultiEngine({label: Route("mcp", McpEngine(pool)) for label in namespaces})
+    provider = McpToolProvider(namespaces=namespaces, sessions=ToolSessions(engine))
+    kit = GatewayToolKit([provider])
     try:
         body = {
             "tools": [

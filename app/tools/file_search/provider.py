@@ -26,7 +26,9 @@ from app.core.tools import (
     ToolExecutor,
     ToolKindSpec,
     ToolNames,
+    ToolRequest,
     ToolResult,
+    error_kind_of,
 )
 from app.errors import GatewayError, InvalidRequestError
 from app.files.filters import validate_filter
@@ -176,15 +178,25 @@ class FileSearchExecutor:
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
         item = self._item(call, status=status, queries=_safe_queries(call.arguments))
-        return ToolResult(item=item, model_output=f"Error: {message}", ok=False, preview=message)
+        return ToolResult(
+            item=item,
+            model_output=f"Error: {message}",
+            ok=False,
+            preview=message,
+            error_kind=error_kind_of(status),
+        )
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
         try:
             queries = _queries(call.arguments)
         except (orjson.JSONDecodeError, ValueError) as exc:
-            return self.error_result(call, f"invalid arguments: {exc}", status="failed")
+            return self.error_result(call, f"invalid arguments: {exc}", status="failed").with_kind(
+                "invalid_arguments"
+            )
         if self._search is None:
-            return self.error_result(call, "file search is not available", status="failed")
+            return self.error_result(
+                call, "file search is not available", status="failed"
+            ).with_kind("unavailable")
         limit = int(self._tool.get("max_num_results") or DEFAULT_MAX_RESULTS)
         body: JsonObject = {"max_num_results": limit}
         for key in ("filters", "ranking_options"):
@@ -193,7 +205,9 @@ class FileSearchExecutor:
         try:
             requests = [parse_search({**body, "query": query}) for query in queries]
         except GatewayError as exc:
-            return self.error_result(call, exc.message, status="failed")
+            return self.error_result(call, exc.message, status="failed").with_kind(
+                "invalid_arguments"
+            )
         jobs = [
             self._search.search(store_id, request)
             for store_id in self._tool.get("vector_store_ids") or []
@@ -205,9 +219,9 @@ class FileSearchExecutor:
         except TimeoutError:
             return self.error_result(
                 call, f"the search timed out after {timeout:g} s", status="failed"
-            )
+            ).with_kind("timeout")
         except GatewayError as exc:
-            return self.error_result(call, exc.message, status="failed")
+            return self.error_result(call, exc.message, status="failed").with_kind("search_failed")
         results = _merge(pages, limit)
         self._citations.add(results)
         item = self._item(
@@ -271,13 +285,13 @@ class FileSearchToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
+        names = request.names
         out = ProviderTools()
         if not tools:
             return out
-        include = request.get("include") or []
+        include = request.body.get("include") or []
         citations = _Citations()
         for index, tool in tools:
             _check_tool(index, tool)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 
 from app.core.tools import GatewayCall, ToolExecutor, ToolNames
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
-from app.tools.mcp.executor import NAMESPACE, McpToolExecutor
-from app.tools.mcp.servers import RequestServer
+from app.tools.mcp.executor import NAMESPACE
 
 
 def approved_calls(
     history: list[JsonObject],
     new_input: list[JsonObject],
-    servers: Mapping[str, RequestServer],
+    executor_for: Callable[[str, str], ToolExecutor],
     names: ToolNames,
 ) -> list[tuple[GatewayCall, ToolExecutor]]:
     """The calls the client approved in ``new_input`` (``mcp_approval_response`` items with
@@ -39,7 +38,7 @@ def approved_calls(
         if request_id in done:
             continue
         label, tool = str(request.get("server_label")), str(request.get("name"))
-        executor = McpToolExecutor(servers.get(label), label, tool)
+        executor = executor_for(label, tool)
         call = GatewayCall(
             item_id="",
             call_id=str(request_id),

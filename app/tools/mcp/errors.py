@@ -28,6 +28,8 @@ CONNECTION_FAILED = -32000
 """JSON-RPC-style code of a connection that failed or closed (the SDK's CONNECTION_CLOSED)."""
 TIMED_OUT = -32001
 """JSON-RPC-style code of an operation that timed out (the SDK's REQUEST_TIMEOUT)."""
+INVALID_PARAMS = -32602
+"""JSON-RPC code of a call whose arguments the server (or the gateway) rejects."""
 
 
 class McpError(Exception):
@@ -133,3 +135,22 @@ def http_error(label: str, status: int, reason: str, leaves: list[BaseException]
 
 def timed_out(what: str, timeout: float) -> McpError:
     return McpError.protocol(TIMED_OUT, f"MCP {what} timed out after {timeout:g}s")
+
+
+def outcome_error_kind(error: JsonObject) -> str:
+    """The tool-call event ``error_kind`` of an ``mcp_call`` error object: ``tool_error`` (the
+    tool answered with ``isError``), ``http_status``, ``timeout``, ``network_error``,
+    ``invalid_arguments`` or ``protocol_error``."""
+    kind = error.get("type")
+    if kind == "mcp_tool_execution_error":
+        return "tool_error"
+    if kind == "http_error":
+        return "http_status"
+    code = error.get("code")
+    if code == TIMED_OUT:
+        return "timeout"
+    if code == CONNECTION_FAILED:
+        return "network_error"
+    if code == INVALID_PARAMS:
+        return "invalid_arguments"
+    return "protocol_error"

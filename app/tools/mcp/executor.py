@@ -13,12 +13,12 @@ import orjson
 
 from app.core.ids import new_id
 from app.core.observe import preview_of
-from app.core.tools import CallPresentation, GatewayCall, ToolResult
+from app.core.tools import CallPresentation, GatewayCall, ToolResult, error_kind_of
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
-from app.tools.mcp.errors import McpError
+from app.tools.mcp.errors import INVALID_PARAMS, McpError, outcome_error_kind
 from app.tools.mcp.outcomes import McpCallOutcome
-from app.tools.mcp.servers import RequestServer
+from app.tools.mcp.servers import RequestServer, ToolServer
 
 NAMESPACE = "mcp"
 ITEM_KINDS = (
@@ -57,7 +57,7 @@ def error_text(error: JsonObject) -> str:
     return f"Error: {error.get('message') or orjson.dumps(error).decode()}"
 
 
-def _execution_error(message: str) -> JsonObject:
+def execution_error(message: str) -> JsonObject:
     return {"type": "mcp_tool_execution_error", "content": [{"type": "text", "text": message}]}
 
 
@@ -66,10 +66,11 @@ class McpToolExecutor:
 
     presentation = PRESENTATION
 
-    def __init__(self, server: RequestServer | None, label: str, tool: str) -> None:
+    def __init__(self, server: ToolServer | None, label: str, tool: str) -> None:
         self._server = server
         self.label = label
         self.tool = tool
+        self.qualified_name = f"{label}::{tool}"
 
     def _item(self, call: GatewayCall, **fields: Any) -> JsonObject:
         return {
@@ -102,23 +103,29 @@ class McpToolExecutor:
         }
 
     def error_result(self, call: GatewayCall, message: str, *, status: str) -> ToolResult:
-        item = self._item(call, error=_execution_error(message), status=status)
-        return ToolResult(item=item, model_output=f"Error: {message}", ok=False, preview=message)
+        item = self._item(call, error=execution_error(message), status=status)
+        return ToolResult(
+            item=item,
+            model_output=f"Error: {message}",
+            ok=False,
+            preview=message,
+            error_kind=error_kind_of(status),
+        )
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
         server = self._server
-        if server is None or self.tool not in server.tools:
+        if not isinstance(server, RequestServer) or self.tool not in server.tools:
             return self.error_result(
                 call,
                 f"tool '{self.tool}' is not available on MCP server '{self.label}'",
                 status="failed",
-            )
+            ).with_kind("unknown_tool")
         try:
             arguments = _arguments(call.arguments)
         except (orjson.JSONDecodeError, ValueError) as exc:
             error = {
                 "type": "mcp_protocol_error",
-                "code": -32602,
+                "code": INVALID_PARAMS,
                 "message": f"Invalid params: {exc}",
             }
             return self._result(call, McpCallOutcome(output=None, error=error))
@@ -127,15 +134,19 @@ class McpToolExecutor:
         except McpError as exc:
             return self._result(call, McpCallOutcome(output=None, error=exc.error))
         outcome = await session.call_tool(self.tool, arguments, timeout=timeout)
-        if outcome.error is not None and outcome.error.get("type") != "mcp_tool_execution_error":
-            await server.broken()
         return self._result(call, outcome)
 
     def _result(self, call: GatewayCall, outcome: McpCallOutcome) -> ToolResult:
         if outcome.error is not None:
             item = self._item(call, error=outcome.error, status="failed")
             text = error_text(outcome.error)
-            return ToolResult(item=item, model_output=text, ok=False, preview=preview_of(text))
+            return ToolResult(
+                item=item,
+                model_output=text,
+                ok=False,
+                preview=preview_of(text),
+                error_kind=outcome_error_kind(outcome.error),
+            )
         output = outcome.output or ""
         item = self._item(call, output=output, status="completed")
         return ToolResult(item=item, model_output=output, ok=True, preview=preview_of(output))

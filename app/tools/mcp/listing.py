@@ -1,8 +1,8 @@
 """The tools of a request's MCP servers, and the ``mcp_list_tools`` items that show them.
 
 A server is listed once per request, not again when the history already holds an
-``mcp_list_tools`` item for the same label and allowed tools; a configured server's listing is
-kept with its pooled session.
+``mcp_list_tools`` item for the same label and allowed tools. (Configured servers are tool
+sets: ``engine.McpToolSet`` keeps their listing with the pooled session.)
 """
 
 from __future__ import annotations
@@ -12,26 +12,22 @@ import logging
 from app.core.ids import new_id
 from app.core.tools import PreludeItem
 from app.protocol.json_types import JsonObject
-from app.tools.mcp.client import McpSession
 from app.tools.mcp.errors import McpError
 from app.tools.mcp.outcomes import McpToolInfo
-from app.tools.mcp.servers import RequestServer
+from app.tools.mcp.servers import RequestServer, ToolServer
 
 logger = logging.getLogger(__name__)
 
 
 class ToolListings:
-    """Lists the servers of each request (one per provider: it keeps the pooled listings)."""
-
-    def __init__(self) -> None:
-        self._pooled: dict[str, tuple[McpSession, list[McpToolInfo]]] = {}
+    """Lists the servers of each request."""
 
     async def listing(
         self, server: RequestServer, history: list[JsonObject], *, list_timeout: float
     ) -> tuple[list[McpToolInfo], PreludeItem | None]:
         """The server's tools: from the history when it already listed them, else listed now
         (an ``mcp_list_tools`` item for the client either way it was listed)."""
-        previous = _previous_listing(history, server)
+        previous = previous_listing(history, server)
         if previous is not None:
             return previous, None
         item_id = new_id("mcpl")
@@ -43,18 +39,9 @@ class ToolListings:
         }
         try:
             session = await server.session()
-            cached = self._pooled.get(server.label) if server.pooled else None
-            if cached is not None and cached[0] is session and not session.closed:
-                listed = cached[1]
-            else:
-                listed = await session.list_tools(timeout=list_timeout)
-                if server.pooled:
-                    # A configured server's session outlives the request: its listing is kept
-                    # with it (a new session lists again).
-                    self._pooled[server.label] = (session, listed)
+            listed = await session.list_tools(timeout=list_timeout)
         except McpError as exc:
             logger.warning("MCP list_tools failed", extra={"server_label": server.label})
-            await server.broken()
             message = str(exc.error.get("message") or exc)
             failed: JsonObject = opening | {
                 "error": f"Error retrieving tool list from MCP server: {message}"
@@ -73,7 +60,7 @@ class ToolListings:
         )
 
 
-def _previous_listing(history: list[JsonObject], server: RequestServer) -> list[McpToolInfo] | None:
+def previous_listing(history: list[JsonObject], server: ToolServer) -> list[McpToolInfo] | None:
     """The tools of the history's latest successful listing of this server, when it lists
     exactly what the current ``allowed_tools`` would (else the server is listed again)."""
     for item in reversed(history):

@@ -15,19 +15,21 @@ stored response's tools do not carry them (``core.response``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames
+from app.core.engines import Namespace, ToolSpec
+from app.core.tool_sessions import ToolSessions
+from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames, ToolRequest
 from app.errors import InvalidRequestError
 from app.protocol.json_types import JsonObject
 from app.tools.mcp.approvals import approved_calls
 from app.tools.mcp.executor import ITEM_KINDS, NAMESPACE, McpToolExecutor
 from app.tools.mcp.listing import ToolListings
 from app.tools.mcp.lowering import lower_mcp_items
+from app.tools.mcp.namespaces import EngineBatch, EngineToolExecutor, NamespaceServer
 from app.tools.mcp.outcomes import McpToolInfo
-from app.tools.mcp.pool import McpSessionPool
-from app.tools.mcp.servers import ConfiguredMcpServer, McpPolicy, RequestServer, ServerTerms
+from app.tools.mcp.servers import McpPolicy, RequestServer, ServerTerms
 from app.tools.mcp.spec import McpServerSpec, transport_for_url
 
 
@@ -46,13 +48,39 @@ class McpToolProvider:
         self,
         *,
         policy: McpPolicy | None = None,
-        configured: Mapping[str, ConfiguredMcpServer] | None = None,
-        pool: McpSessionPool | None = None,
+        namespaces: Mapping[str, Namespace] | None = None,
+        sessions: ToolSessions | None = None,
     ) -> None:
+        """``namespaces`` are the tool sets the operator configured (MCP servers among them),
+        run by ``sessions``' engine."""
         self.policy = policy or McpPolicy()
-        self.configured = dict(configured or {})
-        self.pool = pool
+        self.namespaces = dict(namespaces or {})
+        self.sessions = sessions
         self._listings = ToolListings()
+
+    def default_tools(
+        self, tool_sets: Callable[[JsonObject], list[str]]
+    ) -> Callable[[JsonObject], list[JsonObject]]:
+        """The ``mcp`` tools of the tool sets ``tool_sets`` gives a request, less those the
+        request names itself."""
+
+        def tools_for(body: JsonObject) -> list[JsonObject]:
+            wanted = tool_sets(body)
+            if not wanted:
+                return []
+            tools = body.get("tools")
+            named = {
+                t.get("server_label")
+                for t in (tools if isinstance(tools, list) else [])
+                if isinstance(t, dict) and t.get("type") == "mcp"
+            }
+            return [
+                {"type": "mcp", "server_label": ns}
+                for ns in wanted
+                if ns not in named and ns in self.namespaces
+            ]
+
+        return tools_for
 
     def unavailable(self) -> str | None:
         return None  # MCP servers are reached per request
@@ -64,11 +92,11 @@ class McpToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
+        names = request.names
         out = ProviderTools()
-        servers: dict[str, RequestServer] = {}
+        servers: dict[str, RequestServer | NamespaceServer] = {}
         for index, tool in tools:
             server = await self._server_for(index, tool)
             if server.label in servers:
@@ -79,34 +107,71 @@ class McpToolProvider:
                 )
             servers[server.label] = server
             out.closers.append(server.aclose)
-        listings = await asyncio.gather(
-            *(
-                self._listings.listing(server, history, list_timeout=self.policy.list_timeout)
-                for server in servers.values()
-            )
+        remote = [s for s in servers.values() if isinstance(s, RequestServer)]
+        configured = [s for s in servers.values() if isinstance(s, NamespaceServer)]
+        timeout = self.policy.list_timeout
+        listings, preludes = await asyncio.gather(
+            asyncio.gather(
+                *(self._listings.listing(s, history, list_timeout=timeout) for s in remote)
+            ),
+            asyncio.gather(*(s.list(history, list_timeout=timeout) for s in configured)),
         )
-        for server, (listed, prelude) in zip(servers.values(), listings, strict=True):
+        for server, (listed, prelude) in zip(remote, listings, strict=True):
             if prelude is not None:
                 out.prelude.append(prelude)
             for info in listed:
-                if not server.allows(info.name):
-                    continue
-                server.tools[info.name] = info
-                name = names.name(NAMESPACE, server.label, info.name)
-                out.executors[name] = McpToolExecutor(server, server.label, info.name)
-                out.upstream_tools.append(
-                    {
-                        "type": "function",
-                        "name": name,
-                        "description": _describe(info, server),
-                        "parameters": info.input_schema,
-                        "strict": False,
-                    }
-                )
-        out.approved = approved_calls(history, new_input, servers, names)
+                if server.allows(info.name):
+                    server.tools[info.name] = info
+                    executor = McpToolExecutor(server, server.label, info.name)
+                    self._offer(out, names, server, info, executor)
+        batch = EngineBatch(self.sessions, request.context) if self.sessions is not None else None
+        for server, listed_prelude in zip(configured, preludes, strict=True):
+            if listed_prelude is not None:
+                out.prelude.append(listed_prelude)
+            for spec in server.specs.values():
+                executor = self._engine_executor(server, spec, batch, names)
+                self._offer(out, names, server, server.tools[spec.name], executor)
+
+        def approved(label: str, tool: str) -> McpToolExecutor:
+            return _approved_executor(servers.get(label), batch, label, tool)
+
+        out.approved = approved_calls(history, new_input, approved, names)
         return out
 
-    async def _server_for(self, index: int, tool: JsonObject) -> RequestServer:
+    def _engine_executor(
+        self,
+        server: NamespaceServer,
+        spec: ToolSpec,
+        batch: EngineBatch | None,
+        names: ToolNames,
+    ) -> McpToolExecutor:
+        if batch is None:  # no engine configured: the tool answers with an error
+            return McpToolExecutor(None, server.label, spec.name)
+        executor = EngineToolExecutor(server, spec, batch)
+        batch.add(names.name(NAMESPACE, server.label, spec.name), executor)
+        return executor
+
+    @staticmethod
+    def _offer(
+        out: ProviderTools,
+        names: ToolNames,
+        server: RequestServer | NamespaceServer,
+        info: McpToolInfo,
+        executor: McpToolExecutor,
+    ) -> None:
+        name = names.name(NAMESPACE, server.label, info.name)
+        out.executors[name] = executor
+        out.upstream_tools.append(
+            {
+                "type": "function",
+                "name": name,
+                "description": _describe(info, server.label, server.description),
+                "parameters": info.input_schema,
+                "strict": False,
+            }
+        )
+
+    async def _server_for(self, index: int, tool: JsonObject) -> RequestServer | NamespaceServer:
         """The server of the request's ``tools[index]``: a configured one named by its label,
         or the tool's ``server_url`` (checked against the policy) with its headers and
         authorization. Raises ``InvalidRequestError`` naming the field at fault."""
@@ -119,19 +184,10 @@ class McpToolProvider:
             )
         allowed = _allowed_names(tool.get("allowed_tools"))
         url = tool.get("server_url")
-        if url is None and tool.get("connector_id") is None and label in self.configured:
-            configured = self.configured[label]
-            terms = ServerTerms(
-                allowed_tools=allowed if allowed is not None else configured.allowed_tools,
-                require_approval=tool.get("require_approval", configured.require_approval),
-                description=tool.get("server_description") or configured.description,
-            )
-            return RequestServer(
-                label,
-                terms,
-                spec=None if self.pool is not None else configured.spec,
-                pool=self.pool,
-                connect_timeout=self.policy.connect_timeout,
+        namespace = self.namespaces.get(label)
+        if url is None and tool.get("connector_id") is None and namespace is not None:
+            return NamespaceServer(
+                namespace, allowed=allowed, require_approval=tool.get("require_approval")
             )
         if not isinstance(url, str) or not url:
             raise InvalidRequestError(
@@ -161,9 +217,7 @@ class McpToolProvider:
             require_approval=tool.get("require_approval", "always"),
             description=tool.get("server_description"),
         )
-        return RequestServer(
-            label, terms, spec=spec, pool=None, connect_timeout=self.policy.connect_timeout
-        )
+        return RequestServer(label, terms, spec=spec, connect_timeout=self.policy.connect_timeout)
 
     # ------------------------------------------------------------------ toolkit hooks
 
@@ -190,11 +244,27 @@ class McpToolProvider:
         return lower_mcp_items(items, names)
 
 
-def _describe(info: McpToolInfo, server: RequestServer) -> str:
+def _approved_executor(
+    server: RequestServer | NamespaceServer | None,
+    batch: EngineBatch | None,
+    label: str,
+    tool: str,
+) -> McpToolExecutor:
+    """The executor of a call the client approved (an unknown server or tool: one that answers
+    with an error)."""
+    if not isinstance(server, NamespaceServer):
+        return McpToolExecutor(server, label, tool)
+    spec = server.specs.get(tool)
+    if spec is None or batch is None:
+        return McpToolExecutor(None, label, tool)
+    return EngineToolExecutor(server, spec, batch)
+
+
+def _describe(info: McpToolInfo, label: str, description: str | None) -> str:
     """The function description the model reads: the tool's, then its server's."""
     text = info.description or ""
-    if server.description:
-        text = f"{text}\n\n(MCP server '{server.label}': {server.description})".strip()
+    if description:
+        text = f"{text}\n\n(MCP server '{label}': {description})".strip()
     return text
 
 

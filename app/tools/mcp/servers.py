@@ -1,33 +1,21 @@
 """The MCP servers a request may reach, and how it reaches them.
 
-``ConfiguredMcpServer`` is a server the operator configured (clients name it by its label),
-``McpPolicy`` the rules for a request's own ``server_url`` (the egress policy, the timeouts).
-A ``RequestServer`` is one server of one request (the provider makes them from the request's
-tools): its session (opened once, lazily, or taken from the pool of configured servers), the
-tools it may use and its ``require_approval`` policy (``approval_required``).
+``McpPolicy`` holds the rules for a request's own ``server_url`` (the egress policy, the
+timeouts). A ``RequestServer`` is one such server of one request: its session (opened once,
+lazily), the tools it may use and its ``require_approval`` policy (``approval_required``).
+Servers the operator configured are tool sets (``engine``, ``namespaces``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.outcomes import McpToolInfo
-from app.tools.mcp.pool import McpSessionPool
 from app.tools.mcp.spec import McpServerSpec
-
-
-@dataclass(frozen=True, slots=True)
-class ConfiguredMcpServer:
-    """A server the operator configured; clients name it by ``server_label`` alone."""
-
-    spec: McpServerSpec
-    allowed_tools: list[str] | None = None
-    require_approval: Any = "never"
-    description: str | None = None
 
 
 @dataclass(slots=True)
@@ -60,22 +48,27 @@ class ServerTerms:
     description: str | None = None
 
 
+class ToolServer(Protocol):
+    """What a call's executor and the listing read of its server (a ``RequestServer``, or a
+    configured namespace: ``namespaces.NamespaceServer``)."""
+
+    label: str
+    allowed_tools: list[str] | None
+    tools: dict[str, McpToolInfo]
+
+    def approval_required(self, tool: McpToolInfo | None, name: str) -> bool: ...
+
+
 class RequestServer:
-    """One MCP server of one request: its session (opened once, lazily) and its policy."""
+    """One MCP server a request names by its ``server_url``: its session (opened once,
+    lazily, closed with the request) and its policy."""
 
     def __init__(
-        self,
-        label: str,
-        terms: ServerTerms,
-        *,
-        spec: McpServerSpec | None,
-        pool: McpSessionPool | None,
-        connect_timeout: float,
+        self, label: str, terms: ServerTerms, *, spec: McpServerSpec, connect_timeout: float
     ) -> None:
         self.label = label
         self.description = terms.description
         self._spec = spec
-        self._pool = pool
         self.allowed_tools = terms.allowed_tools
         self.require_approval = terms.require_approval
         self._connect_timeout = connect_timeout
@@ -85,22 +78,11 @@ class RequestServer:
 
     async def session(self) -> McpSession:
         async with self._lock:
-            if self._pool is not None:
-                return await self._pool.session(self.label)
             if self._session is None or self._session.closed:
-                assert self._spec is not None
                 self._session = await McpSession.open(
                     self._spec, connect_timeout=self._connect_timeout
                 )
             return self._session
-
-    @property
-    def pooled(self) -> bool:
-        return self._pool is not None
-
-    async def broken(self) -> None:
-        if self._pool is not None:
-            await self._pool.discard(self.label)
 
     async def aclose(self) -> None:
         if self._session is not None:

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from app.core.ids import new_id
-from app.core.tools import CallPresentation, GatewayCall, ToolResult
+from app.core.tools import CallPresentation, GatewayCall, ToolResult, error_kind_of
 from app.protocol.json_types import JsonObject
 from app.tools.web_search.arguments import lenient, parse_arguments
 from app.tools.web_search.citations import FoundSources
@@ -144,6 +144,7 @@ class WebSearchExecutor:
             model_output=f"Error: {message}",
             ok=False,
             preview=message,
+            error_kind=error_kind_of(status),
         )
 
     async def run(self, call: GatewayCall, *, timeout: float) -> ToolResult:  # noqa: ASYNC109
@@ -151,11 +152,13 @@ class WebSearchExecutor:
         if search is None:
             return self.error_result(
                 call, "web search is not available in this request", status="failed"
-            )
+            ).with_kind("unavailable")
         try:
             request = parse_arguments(call.arguments)
         except ValueError as exc:
-            return self.error_result(call, f"invalid web_search arguments: {exc}", status="failed")
+            return self.error_result(
+                call, f"invalid web_search arguments: {exc}", status="failed"
+            ).with_kind("invalid_arguments")
         queries = request.queries[:MAX_QUERIES]
         try:
             async with asyncio.timeout(timeout):
@@ -163,13 +166,15 @@ class WebSearchExecutor:
         except TimeoutError:
             return self.error_result(
                 call, f"the web search timed out after {timeout:g} s", status="failed"
-            )
+            ).with_kind("timeout")
         pairs = list(zip(queries, outcomes, strict=True))
         results = [r for outcome in outcomes if isinstance(outcome, list) for r in outcome]
         if all(isinstance(outcome, SearchError) for outcome in outcomes):
             message = "; ".join(str(o) for o in outcomes)
             logger.warning("web search failed", extra={"tool": call.name, "error": message})
-            return self.error_result(call, f"the web search failed: {message}", status="failed")
+            return self.error_result(
+                call, f"the web search failed: {message}", status="failed"
+            ).with_kind("search_failed")
         self._found.add(results)
         action = request.action()
         if self.options.include_sources:

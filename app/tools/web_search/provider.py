@@ -20,7 +20,7 @@ from collections.abc import Mapping
 import orjson
 
 from app.core.ids import new_id
-from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames
+from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames, ToolRequest
 from app.errors import InvalidRequestError
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
@@ -100,9 +100,9 @@ class WebSearchToolProvider:
         tools: list[tuple[int, JsonObject]],
         history: list[JsonObject],
         new_input: list[JsonObject],
-        names: ToolNames,
-        request: JsonObject,
+        request: ToolRequest,
     ) -> ProviderTools:
+        names = request.names
         out = ProviderTools()
         if not tools:
             return out
@@ -110,7 +110,7 @@ class WebSearchToolProvider:
             raise InvalidRequestError(
                 f"{UNAVAILABLE.capitalize()}.", param=f"tools[{tools[0][0]}]", code="invalid_value"
             )
-        include = request.get("include")
+        include = request.body.get("include")
         include_sources = isinstance(include, list) and INCLUDE_SOURCES in include
         options = [
             _options(index, tool, include_sources=include_sources, max_results=self.max_results)

@@ -1,14 +1,17 @@
-"""``SessionBook``: the live sessions of one engine and their histories, in memory.
+"""``SessionBook``: the live sessions of one tool engine and their histories, in memory.
 
 Engines keep their sessions here: ``setup`` (from a saved state, or empty; a live session is
 ``SessionExistsError``), ``teardown`` (unknown: a no-op), ``record`` a (call, result) pair,
 ``state`` as JSON for the gateway to persist, ``snapshot``/``restore`` to roll a simulated batch
 back. A session keeps its newest ``max_history`` entries.
+
+History entries are never changed once recorded, so copies of a state share them: a copy is
+the state's top-level object and its history list, never a deep copy (a deep copy of 200
+entries cost milliseconds per round, ``bench/tool_sessions_bench.py``).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Awaitable, Callable
 
@@ -34,9 +37,9 @@ class SessionBook:
     def setup(self, session_id: str, state: JsonObject | None = None) -> None:
         if session_id in self._sessions:
             raise SessionExistsError(f"session {session_id!r} is already set up")
-        fresh = copy.deepcopy(state) if state else {}
+        fresh = dict(state) if state else {}
         history = fresh.get("history")
-        fresh["history"] = history if isinstance(history, list) else []
+        fresh["history"] = list(history) if isinstance(history, list) else []
         self._sessions[session_id] = fresh
 
     def teardown(self, session_id: str) -> None:
@@ -63,8 +66,9 @@ class SessionBook:
             del history[: len(history) - self._max_history]
 
     def state(self, session_id: str) -> JsonObject:
-        """A copy of the session's state, for the gateway to persist."""
-        return copy.deepcopy(self.session(session_id))
+        """A copy of the session's state, for the gateway to persist (the entries shared)."""
+        session = self.session(session_id)
+        return {**session, "history": list(session["history"])}
 
     def snapshot(self, session_id: str) -> JsonObject:
         return self.state(session_id)
@@ -72,6 +76,22 @@ class SessionBook:
     def restore(self, session_id: str, snapshot: JsonObject) -> None:
         self.session(session_id)  # must be live
         self._sessions[session_id] = snapshot
+
+
+class BookedSessions:
+    """The session half of a ``core.engines.ToolEngine`` whose sessions live in
+    ``self.sessions``: ``setup``, ``teardown`` and ``get_session_state``."""
+
+    sessions: SessionBook
+
+    async def setup(self, session_id: str, state: JsonObject | None = None) -> None:
+        self.sessions.setup(session_id, state)
+
+    async def teardown(self, session_id: str) -> None:
+        self.sessions.teardown(session_id)
+
+    def get_session_state(self, session_id: str) -> JsonObject:
+        return self.sessions.state(session_id)
 
 
 async def timed(call: EngineCall, run: Callable[[], Awaitable[EngineResult]]) -> EngineResult:
