@@ -8,17 +8,12 @@ schemas. Each yields the server's base URL and stops the process group afterward
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from tests.helpers import free_port
-from tests.npm import NodeUnavailableError, ensure_npm_package
+from tests.npm import NodeUnavailableError, ensure_npm_package, serve_node
 
 __all__ = [
     "PETSTORE",
@@ -36,8 +31,6 @@ PRISM_DIR = HERE / "prism"
 PRISM_ENTRY = PRISM_DIR / "node_modules" / "@stoplight" / "prism-cli" / "dist" / "index.js"
 PETSTORE = HERE / "petstore.yaml"
 
-START_TIMEOUT = 60.0
-
 
 def ensure_json_server() -> Path:
     return ensure_npm_package(JSON_SERVER_DIR, JSON_SERVER_ENTRY, "the npm REST server json-server")
@@ -47,56 +40,18 @@ def ensure_prism() -> Path:
     return ensure_npm_package(PRISM_DIR, PRISM_ENTRY, "the npm OpenAPI mock server Prism")
 
 
-def _port_answers(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 @contextlib.contextmanager
 def _serve(
     entry_point: Path, args: Sequence[str], port: int, name: str, env: Mapping[str, str]
 ) -> Iterator[str]:
     """``node entry_point args`` (in a scratch folder holding an empty ``public/``, the static
     files json-server serves) until it answers on ``port``; yields its base URL."""
-    with tempfile.TemporaryFile(mode="w+") as log, tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as scratch:
         (Path(scratch) / "public").mkdir()
-        process = subprocess.Popen(
-            ["node", str(entry_point), *args],
-            cwd=scratch,
-            env={**os.environ, "NO_COLOR": "1", **env},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            deadline = time.monotonic() + START_TIMEOUT
-            while not _port_answers(port):
-                if process.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise RuntimeError(
-                        f"{name} did not start on port {port}:\n{log.read()[-4000:]}"
-                    )
-                time.sleep(0.05)
+        argv = [str(entry_point), *args]
+        env = {"NO_COLOR": "1", **env}
+        with serve_node(argv, port=port, name=name, cwd=Path(scratch), env=env):
             yield f"http://127.0.0.1:{port}"
-        finally:
-            _stop(process)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
 
 
 @contextlib.contextmanager
