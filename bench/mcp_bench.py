@@ -148,13 +148,37 @@ async def interleave(
 
 
 @contextlib.asynccontextmanager
+def executor_client(executor: Any) -> CallFn:
+    """A zero-argument coroutine running one ``sum`` call through a gateway executor, as the
+    tool loop calls it (a new call id each time)."""
+    from app.core.tools import GatewayCall
+
+    arguments = json.dumps(ARGS)
+    counter = iter(range(1 << 62))
+
+    async def executor_call() -> Any:
+        n = next(counter)
+        call = GatewayCall(
+            item_id=f"mcp_bench{n}",
+            call_id=f"call_bench{n}",
+            name="mcp__counter__sum",
+            arguments=arguments,
+            output_index=0,
+        )
+        result = await executor.run(call, timeout=60.0)
+        assert result.ok, result
+        return result
+
+    return executor_call
+
+
 async def open_clients(url: str, which: list[str]) -> Any:
     """The selected clients, each connected once; yields name -> zero-argument coroutine."""
     from mcp import Client
 
     from app.core.engines import Namespace
     from app.core.tool_sessions import ToolSessions
-    from app.core.tools import GatewayCall, ToolContext, ToolRequest
+    from app.core.tools import ToolContext, ToolRequest
     from app.tools.engines.multi import MultiEngine, Route
     from app.tools.mcp.client import McpSession
     from app.tools.mcp.engine import McpEngine, McpToolSet
@@ -198,24 +222,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
             prepared = await provider.prepare([(0, tool)], [], [], request)
             for closer in prepared.closers:
                 stack.push_async_callback(closer)
-            executor = prepared.executors["mcp__counter__sum"]
-            arguments = json.dumps(ARGS)
-            counter = iter(range(1 << 62))
-
-            async def executor_call() -> Any:
-                n = next(counter)
-                call = GatewayCall(
-                    item_id=f"mcp_bench{n}",
-                    call_id=f"call_bench{n}",
-                    name="mcp__counter__sum",
-                    arguments=arguments,
-                    output_index=0,
-                )
-                result = await executor.run(call, timeout=60.0)
-                assert result.ok, result
-                return result
-
-            clients["executor"] = executor_call
+            clients["executor"] = executor_client(prepared.executors["mcp__counter__sum"])
         if "engine" in which:
             # The same server configured by the operator: a namespace run by the mcp engine,
             # through the session runner (sessions in memory) and the multi engine.
@@ -229,24 +236,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
             tool = {"type": "mcp", "server_label": "counter", "allowed_tools": ["sum"]}
             request = ToolRequest({}, NameTable(), ToolContext("bench", "resp_bench"))
             engine_prepared = await configured.prepare([(0, tool)], [], [], request)
-            engine_executor = engine_prepared.executors["mcp__counter__sum"]
-            engine_arguments = json.dumps(ARGS)
-            engine_counter = iter(range(1 << 62))
-
-            async def engine_call() -> Any:
-                n = next(engine_counter)
-                call = GatewayCall(
-                    item_id=f"mcp_engine{n}",
-                    call_id=f"call_engine{n}",
-                    name="mcp__counter__sum",
-                    arguments=engine_arguments,
-                    output_index=0,
-                )
-                result = await engine_executor.run(call, timeout=60.0)
-                assert result.ok, result
-                return result
-
-            clients["engine"] = engine_call
+            clients["engine"] = executor_client(engine_prepared.executors["mcp__counter__sum"])
         # Same answer from every client before anything is timed.
         for name, call in clients.items():
             answer = await call()
