@@ -147,7 +147,6 @@ async def interleave(
 # ----------------------------------------------------------------------------- clients
 
 
-@contextlib.asynccontextmanager
 def executor_client(executor: Any) -> CallFn:
     """A zero-argument coroutine running one ``sum`` call through a gateway executor, as the
     tool loop calls it (a new call id each time)."""
@@ -172,6 +171,7 @@ def executor_client(executor: Any) -> CallFn:
     return executor_call
 
 
+@contextlib.asynccontextmanager
 async def open_clients(url: str, which: list[str]) -> Any:
     """The selected clients, each connected once; yields name -> zero-argument coroutine."""
     from mcp import Client
