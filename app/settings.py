@@ -362,9 +362,15 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         raise FileNotFoundError(f"config file not found: {config_file}")
     _CONFIG_FILE["path"] = config_file
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = Settings(**{k: v for k, v in overrides.items() if v is not None})
     finally:
         _CONFIG_FILE["path"] = None
+    if config_file is None or not settings.tool_sets:
+        return settings
+    # A tool set's file names a path relative to the configuration file that names it.
+    base = config_file.resolve().parent
+    placed = [t.relative_to(base) for t in settings.tool_sets]
+    return settings.model_copy(update={"tool_sets": placed})
 
 
 def get_settings() -> Settings:

@@ -136,6 +136,15 @@ class ToolSetConfig(BaseModel):
     require_approval: Literal["always", "never"] | dict[str, Any] = "never"
     description: str | None = None
 
+    def relative_to(self, base: Path) -> ToolSetConfig:
+        """This tool set with its relative ``file`` or ``openapi`` path taken from ``base``."""
+        update = {
+            key: base / path
+            for key, path in (("file", self.file), ("openapi", self.openapi))
+            if path is not None and not path.expanduser().is_absolute()
+        }
+        return self.model_copy(update=update) if update else self
+
     @model_validator(mode="after")
     def _one_source(self) -> Self:
         sources = [s for s in (self.file, self.openapi, self.mcp_server) if s is not None]

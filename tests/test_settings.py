@@ -338,3 +338,17 @@ def test_first_upstream_is_the_default_when_none_is_marked() -> None:
 def test_invalid_upstreams_are_rejected(values: dict[str, object], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings(**values)  # type: ignore[arg-type]
+
+
+def test_tool_set_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    config = folder / "respgate.toml"
+    config.write_text(
+        '[tool_engines.api]\nkind = "rest"\n'
+        '[[tool_sets]]\nnamespace = "crm"\nengine = "api"\nfile = "tools/crm.yaml"\n'
+        '[[tool_sets]]\nnamespace = "pets"\nengine = "api"\nopenapi = "/srv/petstore.yaml"\n'
+    )
+    crm, pets = load_settings(config).tool_sets
+    assert crm.file == folder.resolve() / "tools" / "crm.yaml"
+    assert pets.openapi == Path("/srv/petstore.yaml")
