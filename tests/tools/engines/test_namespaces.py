@@ -109,3 +109,14 @@ async def test_an_approved_call_runs_through_the_engine() -> None:
     assert result.ok and orjson.loads(result.model_output)["arguments"] == {"id": 7}
     assert result.item["approval_request_id"] == "mcpr_1"
     assert engine.batches[0].calls[0].tool.qualified_name == "crm::delete"
+
+
+async def test_tool_choice_names_a_namespace_or_one_of_its_tools() -> None:
+    toolkit, _ = kit()
+    one = {**tool(), "tool_choice": {"type": "mcp", "server_label": "crm", "name": "read"}}
+    prepared = await toolkit.prepare(one, [], [])
+    assert prepared.tool_choice == {"type": "function", "name": "mcp__crm__read"}
+    whole = {**tool(), "tool_choice": {"type": "mcp", "server_label": "crm"}}
+    prepared = await toolkit.prepare(whole, [], [])
+    assert prepared.tool_choice == "required"
+    assert len(prepared.upstream_tools) == 4
