@@ -57,10 +57,13 @@ class _Server(uvicorn.Server):
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on 127.0.0.1 in a daemon thread; yields its base URL."""
+def serve_in_thread(app: Any, port: int | None = None, **tls: Any) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 in a daemon thread; yields its base URL.
+    ``tls``: uvicorn's ``ssl_*`` options (then the URL is https)."""
     port = port or free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", **tls
+    )
     server = _Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()
@@ -70,7 +73,7 @@ def serve_in_thread(app: Any, port: int | None = None) -> Iterator[str]:
             raise RuntimeError("server did not start")
         time.sleep(0.002)
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         server.stop()
         thread.join(timeout=10)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -27,6 +28,10 @@ import httpx
 import openai
 import pytest
 import yaml
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
 
 from app.main import create_app
 from app.protocol.json_types import JsonObject
@@ -54,6 +59,7 @@ from tests.rest_servers.node import (
     serve_json_server,
     serve_prism,
 )
+from tests.tools.engines.rest.pki import make_pki
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "scripted-model"
@@ -564,3 +570,67 @@ def test_codex_cli_gets_the_operator_default_tool_sets(
     assert SUNNY in run.stdout
     assert len(upstream.simulations) == 1
     assert tool_outputs(upstream.turns()[-1])["cx1"].startswith('{"simulated":true')
+
+
+def tls_script(body: JsonObject) -> list[JsonObject]:
+    if not tool_outputs(body):
+        return [call("mcp__secure__whoami", {}, "t1"), call("mcp__secure__anonymous", {}, "t2")]
+    return [message("ok")]
+
+
+def test_a_rest_tool_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    """The binding's CA bundle and client certificate reach a server that requires them; the
+    same server without the client certificate refuses, and the model reads the failure."""
+    pki = make_pki(tmp_path)
+
+    async def whoami(request: Request) -> JSONResponse:
+        # The server requires a client certificate its CA signed: an answer proves one came.
+        return JSONResponse({"scheme": request.url.scheme})
+
+    tls = {
+        "ssl_certfile": str(pki.server_cert),
+        "ssl_keyfile": str(pki.server_key),
+        "ssl_ca_certs": str(pki.ca),
+        "ssl_cert_reqs": ssl.CERT_REQUIRED,
+    }
+    server = Starlette(routes=[Route("/whoami", whoami)])
+    upstream = EngineUpstream(model=MODEL, script=tls_script)
+    with upstream_serving(upstream) as upstream_url, serve_in_thread(server, **tls) as https:
+        trusted = {"ca_bundle": str(pki.ca)}
+        certificate = {"client_cert": str(pki.client_cert), "client_key": str(pki.client_key)}
+        tools = [
+            {
+                "name": name,
+                "parameters": {"type": "object", "properties": {}},
+                "binding": {"url": f"{https}/whoami", "tls": trusted | client},
+            }
+            for name, client in (
+                (
+                    "whoami",
+                    {"client_cert": str(pki.client_cert), "client_key": str(pki.client_key)},
+                ),
+                ("anonymous", {}),
+            )
+        ]
+        (tmp_path / "secure.yaml").write_text(yaml.safe_dump(tools))
+        settings = Settings(
+            upstream_url=upstream_url,
+            data_dir=tmp_path / "data",
+            tool_engines={"api": {"kind": "rest"}},
+            tool_sets=[
+                {"namespace": "secure", "engine": "api", "file": str(tmp_path / "secure.yaml")}
+            ],
+        )
+        with gateway(settings, upstream) as gw:
+            response = gw.client.responses.create(
+                model=MODEL,
+                input="Who am I?",
+                tools=[{"type": "mcp", "server_label": "secure", "require_approval": "never"}],
+            )
+    whoami_call, anonymous = [i for i in response.output if i.type == "mcp_call"]
+    assert whoami_call.error is None and json.loads(whoami_call.output or "{}") == {
+        "scheme": "https"
+    }
+    assert anonymous.output is None and anonymous.error is not None
+    fed = tool_outputs(upstream.turns()[-1])
+    assert fed["t2"].startswith("Error: ")
