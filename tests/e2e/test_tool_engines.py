@@ -604,13 +604,7 @@ def test_a_rest_tool_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
                 "parameters": {"type": "object", "properties": {}},
                 "binding": {"url": f"{https}/whoami", "tls": trusted | client},
             }
-            for name, client in (
-                (
-                    "whoami",
-                    {"client_cert": str(pki.client_cert), "client_key": str(pki.client_key)},
-                ),
-                ("anonymous", {}),
-            )
+            for name, client in (("whoami", certificate), ("anonymous", {}))
         ]
         (tmp_path / "secure.yaml").write_text(yaml.safe_dump(tools))
         settings = Settings(
@@ -628,9 +622,8 @@ def test_a_rest_tool_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
                 tools=[{"type": "mcp", "server_label": "secure", "require_approval": "never"}],
             )
     whoami_call, anonymous = [i for i in response.output if i.type == "mcp_call"]
-    assert whoami_call.error is None and json.loads(whoami_call.output or "{}") == {
-        "scheme": "https"
-    }
+    assert whoami_call.error is None
+    assert json.loads(whoami_call.output or "{}") == {"scheme": "https"}
     assert anonymous.output is None and anonymous.error is not None
     fed = tool_outputs(upstream.turns()[-1])
     assert fed["t2"].startswith("Error: ")
