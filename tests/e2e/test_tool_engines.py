@@ -38,6 +38,8 @@ from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.store.migrate import upgrade_to_head_sync
 from app.tool_settings import ToolSetConfig
+from tests.clients.claude_code_cli import ensure_installed as ensure_claude
+from tests.clients.claude_code_cli import run_claude_print
 from tests.clients.codex_cli import ensure_installed as ensure_codex
 from tests.clients.codex_cli import run_codex_exec
 from tests.e2e import hook_sink
@@ -627,3 +629,27 @@ def test_a_rest_tool_over_tls_with_a_client_certificate(tmp_path: Path) -> None:
     assert anonymous.output is None and anonymous.error is not None
     fed = tool_outputs(upstream.turns()[-1])
     assert fed["t2"].startswith("Error: ")
+
+
+def test_claude_code_gets_the_operator_default_tool_sets(
+    tmp_path: Path, json_server: tuple[str, Path]
+) -> None:
+    """Claude Code (the real one, from npm) on the Messages front end: the operator's default
+    tool set runs inside its turn (shown to it as MCP tool blocks) and it prints the answer."""
+    try:
+        ensure_claude()
+    except NodeUnavailableError as exc:
+        pytest.skip(str(exc))
+    url, _ = json_server
+    upstream = EngineUpstream(model=MODEL, script=codex_script)
+    with upstream_serving(upstream) as upstream_url:
+        settings = engine_settings(tmp_path, upstream_url, url, default_tool_sets=["weather"])
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            run = run_claude_print(gateway_url, "Weather in Oslo tomorrow?", tmp_path / "claude")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert SUNNY in run.stdout
+    assert upstream.simulations
+    assert all(
+        tool_outputs(turn).get("cx1", '{"simulated":true').startswith('{"simulated":true')
+        for turn in upstream.turns()
+    )
