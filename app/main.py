@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -27,6 +28,7 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
@@ -99,8 +101,25 @@ def create_configured_upstream(config: UpstreamConfig) -> Upstream:
         url=config.url,
         chat=chat,
         native_tool_types=frozenset(native) if native is not None else None,
+        native_compact=config.native_compact,
     )
     return create_upstream(config.kind, spec, http)
+
+
+def compaction_codec(settings: Settings) -> CompactionCodec:
+    """The signer of compaction items: ``compaction_key``, else a random key kept in
+    ``data_dir/compaction.key`` (made on first start, readable by its owner only)."""
+    if settings.compaction_key:
+        return CompactionCodec(settings.compaction_key.encode())
+    path = settings.data_dir / "compaction.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.suppress(FileExistsError),
+            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
+        ):
+            out.write(secrets.token_hex(32))
+    return CompactionCodec(path.read_text().strip().encode())
 
 
 def build_upstream(settings: Settings) -> UpstreamRouter:
@@ -329,6 +348,7 @@ def create_app(
                     toolkit=toolkit,
                     limits=loop_limits(settings),
                     tool_events=events,
+                    compaction=compaction_codec(settings),
                 ),
                 files=files_service,
                 vector_stores=vector_stores_service,

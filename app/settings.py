@@ -67,6 +67,10 @@ class UpstreamConfig(BaseModel):
     # ["function"], what chat servers and vLLM's and SGLang's /v1/responses run; for OpenAI:
     # ["function", "custom", "namespace", "tool_search"].
     native_tool_types: list[str] | None = None
+    # kind "responses" only: the server has its own POST /v1/responses/compact (OpenAI), where
+    # compact requests for its models are forwarded as they are; off: the gateway compacts with
+    # the model (core.compact).
+    native_compact: bool = False
     # The tool sets (namespaces) every request routed here gets, besides those it names.
     tool_sets: list[str] = Field(default_factory=list)
 
@@ -118,6 +122,9 @@ class Settings(BaseSettings):
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    # The key that signs compaction items (POST /v1/responses/compact); replicas need the same
+    # one. Unset: a random key kept in data_dir/compaction.key, made on first start.
+    compaction_key: str | None = Field(default=None, min_length=16)
     # Size limit of one file uploaded to /v1/files (OpenAI's is 512 MB).
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     wait_for_upstream: float = Field(default=0.0, ge=0)

@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.compact import Compactor
+from app.core.compaction import CompactionCodec
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
@@ -31,6 +33,7 @@ from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.core.tools import ToolContext, ToolKit
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
+from app.protocol.compaction import CompactRequest
 from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import SIMULATE_FIELD, ParsedRequest
@@ -88,6 +91,7 @@ class ResponsesService:
         limits: LoopLimits | None = None,
         tool_events: ToolEvents | None = None,
         clock: Callable[[], float] = time.time,
+        compaction: CompactionCodec | None = None,
     ) -> None:
         self.upstream = upstream
         self.store = store
@@ -95,6 +99,9 @@ class ResponsesService:
         self.limits = limits or LoopLimits()
         self.tool_events = tool_events or ToolEvents()
         self._clock = clock
+        # Without a configured key, compaction items last as long as the process.
+        codec = compaction or CompactionCodec.ephemeral()
+        self.compactor = Compactor(upstream, store, codec, clock=clock)
 
     # ------------------------------------------------------------------ create
 
@@ -103,12 +110,25 @@ class ResponsesService:
         body = request.body
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
+        compacted = self.compactor.lowering(request.params.model).check(
+            history.input_items, "input"
+        )
         referenced = len(history.new_input_items) != len(history.input_items)
-        if not history.stateful and not referenced and SIMULATE_FIELD not in body:
+        plain = not history.stateful and not referenced and not compacted
+        if plain and SIMULATE_FIELD not in body:
             return history, body
         upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
-        upstream_body["input"] = history.upstream_input()
+        upstream_body["input"] = [
+            *self._lowered(request, history.history_items, _history_param(history)),
+            *self._lowered(request, history.input_items, "input"),
+        ]
         return history, upstream_body
+
+    def _lowered(
+        self, request: ParsedRequest, items: list[JsonObject], param: str
+    ) -> list[JsonObject]:
+        """``items`` as the upstream sees them: compaction items become their summaries."""
+        return self.compactor.lowering(request.params.model).lower(items, param)
 
     async def _tool_loop(
         self,
@@ -132,7 +152,12 @@ class ResponsesService:
             response_id=response_id,
             simulate=body.get(SIMULATE_FIELD) is True,
         )
-        prepared = await toolkit.prepare(body, history.history_items, history.input_items, context)
+        prepared = await toolkit.prepare(
+            body,
+            self._lowered(request, history.history_items, _history_param(history)),
+            self._lowered(request, history.input_items, "input"),
+            context,
+        )
         upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
         include: list[Any] | None = request.params.include
         if prepared.upstream_include is not None:
@@ -352,6 +377,12 @@ class ResponsesService:
     def _completed_at(self, status: str) -> int | None:
         return int(self._clock()) if status in ("completed", "incomplete") else None
 
+    async def compact(
+        self, request: CompactRequest, body: JsonObject, headers: Mapping[str, str]
+    ) -> JsonObject:
+        """``POST /v1/responses/compact`` (``core.compact``)."""
+        return await self.compactor.compact(request, body, headers)
+
     # ------------------------------------------------------------------ retrieve / delete
 
     async def get(self, response_id: str) -> JsonObject:
@@ -370,6 +401,11 @@ class ResponsesService:
     ) -> Page:
         lookup = self.store.list_input_items(response_id, after=after, limit=limit, order=order)
         return await page_or_raise(lookup, after, _response_not_found(response_id))
+
+
+def _history_param(history: History) -> str:
+    """The parameter a request's stored history comes from."""
+    return "conversation" if history.conversation_id is not None else "previous_response_id"
 
 
 def _response_not_found(response_id: str) -> NotFoundError:
