@@ -28,6 +28,7 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.compact import Compactor
 from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
 from app.core.loop import LoopLimits
@@ -107,10 +108,8 @@ def create_configured_upstream(config: UpstreamConfig) -> Upstream:
 
 
 def compaction_codec(settings: Settings) -> CompactionCodec:
-    """The signer of compaction items: ``compaction_key``, else a random key kept in
-    ``data_dir/compaction.key`` (made on first start, readable by its owner only)."""
-    if settings.compaction_key:
-        return CompactionCodec(settings.compaction_key.encode())
+    """The signer of compaction items: a random key kept in ``data_dir/compaction.key`` (made
+    on first start, readable by its owner only; replicas share it by sharing the file)."""
     path = settings.data_dir / "compaction.key"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -338,18 +337,19 @@ def create_app(
             for _, hook in load_hooks(settings.tool_hooks):
                 events.subscribe(hook)
             stack.push_async_callback(events.aclose)
+            service = ResponsesService(
+                active,
+                active_store,
+                toolkit=toolkit,
+                limits=loop_limits(settings),
+                tool_events=events,
+            )
+            service.compactor = Compactor(active, active_store, compaction_codec(settings))
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
                 store=active_store,
-                service=ResponsesService(
-                    active,
-                    active_store,
-                    toolkit=toolkit,
-                    limits=loop_limits(settings),
-                    tool_events=events,
-                    compaction=compaction_codec(settings),
-                ),
+                service=service,
                 files=files_service,
                 vector_stores=vector_stores_service,
             )

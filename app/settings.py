@@ -122,9 +122,6 @@ class Settings(BaseSettings):
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
-    # The key that signs compaction items (POST /v1/responses/compact); replicas need the same
-    # one. Unset: a random key kept in data_dir/compaction.key, made on first start.
-    compaction_key: str | None = Field(default=None, min_length=16)
     # Size limit of one file uploaded to /v1/files (OpenAI's is 512 MB).
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     wait_for_upstream: float = Field(default=0.0, ge=0)

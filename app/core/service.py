@@ -91,7 +91,6 @@ class ResponsesService:
         limits: LoopLimits | None = None,
         tool_events: ToolEvents | None = None,
         clock: Callable[[], float] = time.time,
-        compaction: CompactionCodec | None = None,
     ) -> None:
         self.upstream = upstream
         self.store = store
@@ -99,9 +98,9 @@ class ResponsesService:
         self.limits = limits or LoopLimits()
         self.tool_events = tool_events or ToolEvents()
         self._clock = clock
-        # Without a configured key, compaction items last as long as the process.
-        codec = compaction or CompactionCodec.ephemeral()
-        self.compactor = Compactor(upstream, store, codec, clock=clock)
+        # Compacts, and lowers compaction items; the app gives it its lasting key (until then,
+        # compaction items last as long as the process).
+        self.compactor = Compactor(upstream, store, CompactionCodec.ephemeral(), clock=clock)
 
     # ------------------------------------------------------------------ create
 

@@ -292,3 +292,20 @@ def test_an_upstream_that_compacts_natively_gets_the_request_as_it_came() -> Non
             assert {"type": "compaction", "encrypted_content": "gAAAAnative"}.items() <= sent[
                 0
             ].items()
+
+
+def test_compaction_items_outlive_the_gateway_process() -> None:
+    """The signing key is kept in data_dir: a restarted gateway (or a replica sharing the
+    directory) reads the items an earlier one wrote; the key file is its owner's only."""
+    server = SummarizingUpstream()
+    with _serve(server) as url:
+        settings = Settings(upstream_url=url)
+        with in_process(create_app(settings)) as http:
+            compacted = openai_client(http).responses.compact(model=MODEL, input="Remember.")
+        key = settings.data_dir / "compaction.key"
+        assert key.stat().st_mode & 0o077 == 0
+        with in_process(create_app(settings)) as http:
+            openai_client(http).responses.create(
+                model=MODEL, input=[*_dump(compacted.output), {"role": "user", "content": "Go."}]
+            )
+        assert SUMMARY in _seen(server)
