@@ -8,25 +8,41 @@ with a fixed instruction, and answers OpenAI's ``response.compaction`` object: e
 message of the history, then one ``compaction`` item whose ``encrypted_content`` carries the
 summary (``core.compaction.CompactionCodec``). Nothing is stored: the client continues by
 sending the output back as ``input``.
+
+``Compactor.view`` is what the upstream sees of a create request: its history and input with
+compaction items lowered (``CompactionLowering``). With ``context_management`` (an entry of
+type ``compaction`` with a ``compact_threshold``), when the lowered input counts more tokens
+than the threshold (``count_tokens``: an estimate of four characters per token unless the app
+gives a real count), the conversation is compacted first, the same way, and the compaction
+item opens the response's output (``output_item.added``, ``response.compaction.compacting``,
+``output_item.done`` in a stream) so that it is stored and continued from like any other.
+An upstream that compacts natively gets ``context_management`` as it came; others never see it.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from app.core.compaction import (
     COMPACTION_TYPE,
     CompactionCodec,
     CompactionLowering,
     NativeCompactor,
+    is_user_message,
+    summary_message,
 )
-from app.core.history import rehydrate
+from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.ports import ResponseStore, Upstream
 from app.core.response import empty_usage, normalize_usage
+from app.core.round_view import added_event, done_event
+from app.core.tools import PreludeItem
 from app.errors import UpstreamProtocolError
 from app.protocol.compaction import CompactRequest
+from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import CreateResponseRequest
 
@@ -37,7 +53,37 @@ SUMMARY_INSTRUCTIONS = (
     "(including tool calls and their results), open questions and what was about to happen "
     "next. Write only the summary, no preamble."
 )
+# The stream event OpenAI sends while a compaction item is being written.
+COMPACTING_EVENT = "response.compaction.compacting"
 _SUMMARY_REQUEST = "Summarize the conversation above as instructed."
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamView:
+    """What the upstream sees of a create request: its history and new input lowered
+    (``CompactionLowering``), and the compaction items the gateway produced first for it
+    (automatic compaction: they open the response's output)."""
+
+    history: list[JsonObject]
+    input: list[JsonObject]
+    output: list[JsonObject] = field(default_factory=list)
+
+
+def estimate_tokens(items: list[JsonObject]) -> int:
+    """About four characters of JSON per token: the estimate ``compact_threshold`` is measured
+    with unless the app gives the compactor a real count."""
+    return len(json.dumps(items, ensure_ascii=False)) // 4
+
+
+def compact_threshold(body: JsonObject) -> int | None:
+    """The threshold of a ``context_management`` entry of type ``compaction`` (None: none)."""
+    entries = body.get("context_management")
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, dict) and entry.get("type") == COMPACTION_TYPE:
+            threshold = entry.get("compact_threshold")
+            if isinstance(threshold, int) and not isinstance(threshold, bool):
+                return threshold
+    return None
 
 
 class Compactor:
@@ -50,10 +96,12 @@ class Compactor:
         codec: CompactionCodec,
         *,
         clock: Callable[[], float] = time.time,
+        count_tokens: Callable[[list[JsonObject]], int] = estimate_tokens,
     ) -> None:
         self.upstream = upstream
         self.store = store
         self.codec = codec
+        self.count_tokens = count_tokens
         self._clock = clock
 
     def lowering(self, model: str | None) -> CompactionLowering:
@@ -67,6 +115,7 @@ class Compactor:
     async def compact(
         self, request: CompactRequest, body: JsonObject, headers: Mapping[str, str]
     ) -> JsonObject:
+        """``POST /v1/responses/compact``: OpenAI's ``response.compaction`` object."""
         upstream = self.upstream
         if isinstance(upstream, NativeCompactor) and upstream.compacts_natively(request.model):
             return await upstream.compact_natively(body, headers)
@@ -81,43 +130,105 @@ class Compactor:
         )
         lowering = self.lowering(request.model)
         lowering.check(history.input_items, "input")
-        items = [
-            *lowering.lower(history.history_items, "previous_response_id"),
-            *lowering.lower(history.input_items, "input"),
-        ]
-        instructions = SUMMARY_INSTRUCTIONS
-        if request.instructions:
-            instructions += (
-                "\n\nThe assistant worked under these instructions (do not repeat them):\n"
-                + request.instructions
-            )
-        summary_request: JsonObject = {
-            "model": request.model,
-            "instructions": instructions,
-            "input": [*items, _user_message(_SUMMARY_REQUEST)],
-            "store": False,
-        }
-        answer = await upstream.create_response(summary_request, headers)
-        summary = _output_text(answer)
-        if not summary.strip():
-            raise UpstreamProtocolError("the upstream wrote no summary for the compaction")
-        kept = [
-            item
-            for item in [*history.history_items, *history.input_items]
-            if item.get("type", "message") == "message" and item.get("role") == "user"
-        ]
-        compaction: JsonObject = {
-            "id": new_id("cmp"),
-            "type": COMPACTION_TYPE,
-            "encrypted_content": self.codec.seal(summary),
-        }
+        raw = [*history.history_items, *history.input_items]
+        lowered = lowering.lower_split(
+            history.history_items, history.input_items, "previous_response_id", "input"
+        )
+        summary, usage = await self._summarize(
+            request.model, [*lowered[0], *lowered[1]], request.instructions, headers
+        )
+        kept = [item for item in lowering.prune(raw) if is_user_message(item)]
         return {
             "id": new_id("resp"),
             "object": "response.compaction",
             "created_at": created_at,
-            "output": [*kept, compaction],
-            "usage": normalize_usage(answer.get("usage")) or empty_usage(),
+            "output": [*kept, self._item(summary)],
+            "usage": usage,
         }
+
+    async def view(
+        self, body: JsonObject, history: History, headers: Mapping[str, str]
+    ) -> UpstreamView:
+        """The upstream's view of a create request; with ``context_management`` (a compaction
+        threshold) and more tokens than the threshold, the conversation is compacted first
+        and the upstream sees the user's messages and the summary."""
+        model = body.get("model")
+        lowering = self.lowering(model if isinstance(model, str) else None)
+        param = "conversation" if history.conversation_id is not None else "previous_response_id"
+        lowered_history, lowered_input = lowering.lower_split(
+            history.history_items, history.input_items, param, "input"
+        )
+        threshold = compact_threshold(body)
+        lowered = [*lowered_history, *lowered_input]
+        if threshold is None or lowering.native or self.count_tokens(lowered) <= threshold:
+            return UpstreamView(lowered_history, lowered_input)
+        instructions = body.get("instructions")
+        summary, _ = await self._summarize(
+            str(model),
+            lowered,
+            instructions if isinstance(instructions, str) else None,
+            headers,
+        )
+        raw = lowering.prune([*history.history_items, *history.input_items])
+        kept = [item for item in raw if is_user_message(item)]
+        return UpstreamView([], [*kept, summary_message(summary)], [self._item(summary)])
+
+    def forwarded(self, body: JsonObject) -> JsonObject:
+        """``body`` without ``context_management`` unless its upstream compacts natively (the
+        gateway answers it)."""
+        if "context_management" not in body:
+            return body
+        model = body.get("model")
+        if self._native(model if isinstance(model, str) else None):
+            return body
+        return {k: v for k, v in body.items() if k != "context_management"}
+
+    async def _summarize(
+        self,
+        model: str,
+        items: list[JsonObject],
+        instructions: str | None,
+        headers: Mapping[str, str],
+    ) -> tuple[str, JsonObject]:
+        """The upstream model's summary of ``items`` (lowered) and the round's usage."""
+        full = SUMMARY_INSTRUCTIONS
+        if instructions:
+            full += (
+                "\n\nThe assistant worked under these instructions (do not repeat them):\n"
+                + instructions
+            )
+        summary_request: JsonObject = {
+            "model": model,
+            "instructions": full,
+            "input": [*items, _user_message(_SUMMARY_REQUEST)],
+            "store": False,
+        }
+        answer = await self.upstream.create_response(summary_request, dict(headers))
+        summary = _output_text(answer)
+        if not summary.strip():
+            raise UpstreamProtocolError("the upstream wrote no summary for the compaction")
+        return summary, normalize_usage(answer.get("usage")) or empty_usage()
+
+    def _item(self, summary: str) -> JsonObject:
+        return {
+            "id": new_id("cmp"),
+            "type": COMPACTION_TYPE,
+            "encrypted_content": self.codec.seal(summary),
+        }
+
+
+def compaction_prelude(item: JsonObject) -> PreludeItem:
+    """A compaction item that opens a response's output, as its stream shows it."""
+    return PreludeItem(opening=item, events=(COMPACTING_EVENT,), item=item)
+
+
+def prelude_events(prelude: list[PreludeItem]) -> Iterator[StreamEvent]:
+    """The events of items that open the output (``output_index`` from 0)."""
+    for index, entry in enumerate(prelude):
+        yield added_event(index, entry.opening)
+        for kind in entry.events:
+            yield {"type": kind, "output_index": index, "item_id": entry.item.get("id")}
+        yield done_event(index, entry.item)
 
 
 def _user_message(text: str) -> JsonObject:

@@ -121,8 +121,11 @@ def summary_message(summary: str) -> JsonObject:
 class CompactionLowering:
     """Checks the compaction items of a request and lowers them for its upstream.
 
-    ``native``: the upstream that serves the request's model compacts natively, so compaction
-    items that are not the gateway's are passed on to it untouched.
+    The gateway's latest compaction item stands for everything before it but the user's
+    messages (what ``/v1/responses/compact`` keeps): those earlier items are pruned, then each
+    of the gateway's compaction items is replaced by its summary. ``native``: the upstream that
+    serves the request's model compacts natively, so compaction items that are not the
+    gateway's are passed on to it untouched (and prune nothing: the upstream reads them).
     """
 
     __slots__ = ("_codec", "_native")
@@ -130,6 +133,10 @@ class CompactionLowering:
     def __init__(self, codec: CompactionCodec, *, native: bool) -> None:
         self._codec = codec
         self._native = native
+
+    @property
+    def native(self) -> bool:
+        return self._native
 
     def check(self, items: list[JsonObject], param: str) -> bool:
         """Whether ``items`` hold a compaction item; a 400 naming ``param[index]`` for one the
@@ -142,17 +149,40 @@ class CompactionLowering:
         return found
 
     def lower(self, items: list[JsonObject], param: str) -> list[JsonObject]:
-        """``items`` with each of the gateway's compaction items replaced by its summary."""
-        if not any(item.get("type") == COMPACTION_TYPE for item in items):
-            return items
-        lowered: list[JsonObject] = []
-        for index, item in enumerate(items):
-            if item.get("type") != COMPACTION_TYPE:
-                lowered.append(item)
+        """``items`` pruned and with the gateway's compaction items replaced by summaries."""
+        return self.lower_split([], items, "", param)[1]
+
+    def lower_split(
+        self, history: list[JsonObject], new: list[JsonObject], history_param: str, param: str
+    ) -> tuple[list[JsonObject], list[JsonObject]]:
+        """``lower`` over the history then the new input, kept apart (a compaction item in
+        either prunes the history too)."""
+        sides = [*((item, False, i) for i, item in enumerate(history))]
+        sides += [(item, True, i) for i, item in enumerate(new)]
+        last = max((k for k, side in enumerate(sides) if self._prunes(side[0])), default=-1)
+        if last < 0 and not any(side[0].get("type") == COMPACTION_TYPE for side in sides):
+            return history, new
+        lowered: tuple[list[JsonObject], list[JsonObject]] = ([], [])
+        for position, (item, is_new, index) in enumerate(sides):
+            if position < last and not is_user_message(item):
                 continue
-            summary = self._summary(item, f"{param}[{index}]")
-            lowered.append(item if summary is None else summary_message(summary))
+            if item.get("type") == COMPACTION_TYPE:
+                where = f"{param if is_new else history_param}[{index}]"
+                summary = self._summary(item, where)
+                item = item if summary is None else summary_message(summary)
+            lowered[is_new].append(item)
         return lowered
+
+    def prune(self, items: list[JsonObject]) -> list[JsonObject]:
+        """``items`` without what the latest of the gateway's compaction items stands for (the
+        compaction items themselves kept, unlowered)."""
+        last = max((k for k, item in enumerate(items) if self._prunes(item)), default=-1)
+        return [item for k, item in enumerate(items) if k >= last or is_user_message(item)]
+
+    def _prunes(self, item: JsonObject) -> bool:
+        return item.get("type") == COMPACTION_TYPE and is_gateway_token(
+            item.get("encrypted_content")
+        )
 
     def _summary(self, item: JsonObject, where: str) -> str | None:
         """The item's summary; ``None`` for a foreign item passed on to a native upstream."""
@@ -176,6 +206,10 @@ class CompactionLowering:
                 param=f"{where}.encrypted_content",
                 code="invalid_encrypted_content",
             ) from None
+
+
+def is_user_message(item: JsonObject) -> bool:
+    return item.get("type", "message") == "message" and item.get("role") == "user"
 
 
 def _b64(data: bytes) -> str:

@@ -309,3 +309,84 @@ def test_compaction_items_outlive_the_gateway_process() -> None:
                 model=MODEL, input=[*_dump(compacted.output), {"role": "user", "content": "Go."}]
             )
         assert SUMMARY in _seen(server)
+
+
+AUTO = [{"type": "compaction", "compact_threshold": 20}]
+
+
+def test_context_management_compacts_a_long_chain_first(
+    gateway: tuple[openai.OpenAI, ScriptedServer],
+) -> None:
+    client, server = gateway
+    first = client.responses.create(model=MODEL, input="My name is Ada.")
+    calls = len(server.requests)
+
+    second = client.responses.create(
+        model=MODEL,
+        input="The codeword is PELICAN, keep it.",
+        previous_response_id=first.id,
+        context_management=AUTO,  # type: ignore[arg-type]
+    )
+
+    # A summary round over the whole chain, then the turn over the user's messages and it.
+    assert len(server.requests) == calls + 2
+    assert _summarizing(server.requests[-2]) and _reply(1) in json.dumps(server.requests[-2])
+    seen = _seen(server)
+    assert SUMMARY in seen and _reply(1) not in seen
+    assert "context_management" not in seen
+    assert [item.type for item in second.output] == ["compaction", "message"]
+    assert second.output_text == _reply(calls + 2)
+
+    # The stored chain continues from the compaction: earlier turns are not sent again.
+    client.responses.create(model=MODEL, input="Go on.", previous_response_id=second.id)
+    again = _seen(server)
+    assert SUMMARY in again and _reply(1) not in again
+    assert _reply(calls + 2) in again and "My name is Ada." in again
+
+
+def test_context_management_compacts_before_a_stream(
+    gateway: tuple[openai.OpenAI, ScriptedServer],
+) -> None:
+    client, server = gateway
+    history: Any = [
+        {"role": "user", "content": "My name is Ada."},
+        {"role": "assistant", "content": "Hello Ada, what a long conversation this is."},
+        {"role": "user", "content": "What is my name?"},
+    ]
+    managed: Any = AUTO
+    with client.responses.stream(model=MODEL, input=history, context_management=managed) as stream:
+        kinds = [(event.type, getattr(event, "output_index", None)) for event in stream]
+        final = stream.get_final_response()
+    assert kinds[2:5] == [
+        ("response.output_item.added", 0),
+        ("response.compaction.compacting", 0),
+        ("response.output_item.done", 0),
+    ]
+    assert ("response.output_item.added", 1) in kinds
+    assert [item.type for item in final.output] == ["compaction", "message"]
+    seen = _seen(server)
+    assert SUMMARY in seen and "what a long conversation" not in seen
+    stored = client.responses.retrieve(final.id)
+    assert [item.type for item in stored.output] == ["compaction", "message"]
+
+
+def test_context_management_under_the_threshold_only_stays_home(
+    gateway: tuple[openai.OpenAI, ScriptedServer],
+) -> None:
+    client, server = gateway
+    big: Any = [{"type": "compaction", "compact_threshold": 100_000}]
+    response = client.responses.create(model=MODEL, input="Hi.", context_management=big)
+    assert len(server.requests) == 1
+    assert [item.type for item in response.output] == ["message"]
+    assert "context_management" not in _seen(server)
+
+
+def test_context_management_goes_to_an_upstream_that_compacts_natively() -> None:
+    server = NativeCompactUpstream()
+    with _serve(server) as url:
+        upstream = UpstreamConfig(name="openai", url=url, native_compact=True)
+        with in_process(create_app(Settings(upstreams=[upstream]))) as http:
+            client = openai_client(http)
+            client.responses.create(model=MODEL, input="Hi.", context_management=AUTO)  # type: ignore[arg-type]
+    assert len(server.requests) == 1
+    assert server.requests[0]["context_management"] == AUTO
