@@ -31,6 +31,7 @@ from app.core.compaction import (
     CompactionCodec,
     CompactionLowering,
     NativeCompactor,
+    is_gateway_token,
     is_user_message,
     summary_message,
 )
@@ -116,8 +117,11 @@ class Compactor:
         self, request: CompactRequest, body: JsonObject, headers: Mapping[str, str]
     ) -> JsonObject:
         """``POST /v1/responses/compact``: OpenAI's ``response.compaction`` object."""
+        lowering = self.lowering(request.model)
         upstream = self.upstream
-        if isinstance(upstream, NativeCompactor) and upstream.compacts_natively(request.model):
+        native = lowering.native and isinstance(upstream, NativeCompactor)
+        as_it_came = request.previous_response_id is None and not _has_gateway_items(request.input)
+        if native and as_it_came and isinstance(upstream, NativeCompactor):
             return await upstream.compact_natively(body, headers)
         created_at = int(self._clock())
         history = await rehydrate(
@@ -128,15 +132,20 @@ class Compactor:
                 previous_response_id=request.previous_response_id,
             ),
         )
-        lowering = self.lowering(request.model)
         lowering.check(history.input_items, "input")
-        raw = [*history.history_items, *history.input_items]
         lowered = lowering.lower_split(
             history.history_items, history.input_items, "previous_response_id", "input"
         )
+        if native and isinstance(upstream, NativeCompactor):
+            # The upstream knows neither the gateway's response ids nor its compaction items:
+            # it gets the whole history, lowered.
+            forwarded = {k: v for k, v in body.items() if k != "previous_response_id"}
+            forwarded["input"] = [*lowered[0], *lowered[1]]
+            return await upstream.compact_natively(forwarded, headers)
         summary, usage = await self._summarize(
             request.model, [*lowered[0], *lowered[1]], request.instructions, headers
         )
+        raw = [*history.history_items, *history.input_items]
         kept = [item for item in lowering.prune(raw) if is_user_message(item)]
         return {
             "id": new_id("resp"),
@@ -229,6 +238,16 @@ def prelude_events(prelude: list[PreludeItem]) -> Iterator[StreamEvent]:
         for kind in entry.events:
             yield {"type": kind, "output_index": index, "item_id": entry.item.get("id")}
         yield done_event(index, entry.item)
+
+
+def _has_gateway_items(value: object) -> bool:
+    """Whether a request's ``input`` holds one of the gateway's compaction items."""
+    return isinstance(value, list) and any(
+        isinstance(item, dict)
+        and item.get("type") == COMPACTION_TYPE
+        and is_gateway_token(item.get("encrypted_content"))
+        for item in value
+    )
 
 
 def _user_message(text: str) -> JsonObject:

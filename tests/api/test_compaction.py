@@ -390,3 +390,19 @@ def test_context_management_goes_to_an_upstream_that_compacts_natively() -> None
             client.responses.create(model=MODEL, input="Hi.", context_management=AUTO)  # type: ignore[arg-type]
     assert len(server.requests) == 1
     assert server.requests[0]["context_management"] == AUTO
+
+
+def test_a_native_upstream_compacts_a_gateway_chain_from_its_items() -> None:
+    """OpenAI knows neither the gateway's response ids nor its compaction items: it gets the
+    chain's items, the gateway's compaction items lowered to their summaries."""
+    server = NativeCompactUpstream()
+    with _serve(server) as url:
+        upstream = UpstreamConfig(name="openai", url=url, native_compact=True)
+        with in_process(create_app(Settings(upstreams=[upstream]))) as http:
+            client = openai_client(http)
+            first = client.responses.create(model=MODEL, input="My name is Ada.")
+            client.responses.compact(model=MODEL, previous_response_id=first.id)
+    forwarded = server.compact_requests[-1]
+    assert "previous_response_id" not in forwarded
+    texts = json.dumps(forwarded["input"])
+    assert "My name is Ada." in texts and _reply(1) in texts

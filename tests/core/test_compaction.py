@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.compact import compact_threshold
 from app.core.compaction import (
     SUMMARY_PREFIX,
     CompactionCodec,
@@ -68,3 +69,43 @@ def test_lowering_replaces_the_gateways_items_and_keeps_foreign_ones_for_native_
     with pytest.raises(InvalidRequestError) as caught:
         CompactionLowering(codec, native=False).lower([user, ours, foreign], "input")
     assert caught.value.param == "input[2].encrypted_content"
+
+
+def test_the_latest_compaction_stands_for_all_but_the_users_messages_before_it() -> None:
+    codec = CompactionCodec(KEY)
+    user = {"type": "message", "role": "user", "content": "u1"}
+    reply = {"type": "message", "role": "assistant", "content": "a1"}
+    call = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
+    old = {"type": "compaction", "encrypted_content": codec.seal("old")}
+    new = {"type": "compaction", "encrypted_content": codec.seal("new")}
+    later = {"type": "message", "role": "assistant", "content": "a2"}
+    lowering = CompactionLowering(codec, native=False)
+    history, current = lowering.lower_split(
+        [user, reply, old, call, new, later], [user], "previous_response_id", "input"
+    )
+    assert history[0] is user
+    assert history[1]["content"][0]["text"] == SUMMARY_PREFIX + "new"
+    assert history[2:] == [later]
+    assert current == [user]
+    assert lowering.prune([user, reply, new, later]) == [user, new, later]
+    # A compaction item in the new input prunes the history too.
+    history, current = lowering.lower_split([user, reply], [new], "conversation", "input")
+    assert history == [user]
+    assert current[0]["role"] == "user"
+    # Nothing to lower: the same lists.
+    plain = [user, reply]
+    assert lowering.lower_split(plain, plain, "p", "i") == (plain, plain)
+
+
+@pytest.mark.parametrize(
+    ("entries", "threshold"),
+    [
+        ([{"type": "compaction", "compact_threshold": 5}], 5),
+        ([{"type": "other", "compact_threshold": 5}], None),
+        ([{"type": "compaction"}], None),
+        ([{"type": "compaction", "compact_threshold": True}], None),
+        (None, None),
+    ],
+)
+def test_compact_threshold(entries: object, threshold: int | None) -> None:
+    assert compact_threshold({"context_management": entries}) == threshold
