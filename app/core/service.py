@@ -410,11 +410,6 @@ class ResponsesService:
         return await page_or_raise(lookup, after, _response_not_found(response_id))
 
 
-def _history_param(history: History) -> str:
-    """The parameter a request's stored history comes from."""
-    return "conversation" if history.conversation_id is not None else "previous_response_id"
-
-
 def _response_not_found(response_id: str) -> NotFoundError:
     return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
 
