@@ -31,6 +31,7 @@ from app.core.compaction import (
     CompactionCodec,
     CompactionLowering,
     NativeCompactor,
+    has_compaction,
     is_gateway_token,
     is_user_message,
     summary_message,
@@ -161,6 +162,12 @@ class Compactor:
         """The upstream's view of a create request; with ``context_management`` (a compaction
         threshold) and more tokens than the threshold, the conversation is compacted first
         and the upstream sees the user's messages and the summary."""
+        if (
+            "context_management" not in body
+            and not has_compaction(history.history_items)
+            and not has_compaction(history.input_items)
+        ):
+            return UpstreamView(history.history_items, history.input_items)
         model = body.get("model")
         lowering = self.lowering(model if isinstance(model, str) else None)
         param = "conversation" if history.conversation_id is not None else "previous_response_id"

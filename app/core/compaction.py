@@ -208,6 +208,11 @@ class CompactionLowering:
             ) from None
 
 
+def has_compaction(items: list[JsonObject]) -> bool:
+    """Whether any of ``items`` is a compaction item (the cheap test of the hot path)."""
+    return any(item.get("type") == COMPACTION_TYPE for item in items)
+
+
 def is_user_message(item: JsonObject) -> bool:
     return item.get("type", "message") == "message" and item.get("role") == "user"
 

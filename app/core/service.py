@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.compact import Compactor, UpstreamView, compaction_prelude, prelude_events
-from app.core.compaction import CompactionCodec
+from app.core.compaction import CompactionCodec, has_compaction
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
@@ -122,9 +122,9 @@ class ResponsesService:
         body = request.body
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
-        compacted = self.compactor.lowering(request.params.model).check(
-            history.input_items, "input"
-        )
+        compacted = has_compaction(history.input_items)
+        if compacted:
+            self.compactor.lowering(request.params.model).check(history.input_items, "input")
         view = await self.compactor.view(body, history, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
         plain = not history.stateful and not referenced and not compacted
