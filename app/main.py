@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -27,6 +28,8 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.compact import Compactor
+from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
@@ -99,8 +102,23 @@ def create_configured_upstream(config: UpstreamConfig) -> Upstream:
         url=config.url,
         chat=chat,
         native_tool_types=frozenset(native) if native is not None else None,
+        native_compact=config.native_compact,
     )
     return create_upstream(config.kind, spec, http)
+
+
+def compaction_codec(settings: Settings) -> CompactionCodec:
+    """The signer of compaction items: a random key kept in ``data_dir/compaction.key`` (made
+    on first start, readable by its owner only; replicas share it by sharing the file)."""
+    path = settings.data_dir / "compaction.key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.suppress(FileExistsError),
+            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
+        ):
+            out.write(secrets.token_hex(32))
+    return CompactionCodec(path.read_text().strip().encode())
 
 
 def build_upstream(settings: Settings) -> UpstreamRouter:
@@ -319,17 +337,19 @@ def create_app(
             for _, hook in load_hooks(settings.tool_hooks):
                 events.subscribe(hook)
             stack.push_async_callback(events.aclose)
+            service = ResponsesService(
+                active,
+                active_store,
+                toolkit=toolkit,
+                limits=loop_limits(settings),
+                tool_events=events,
+            )
+            service.compactor = Compactor(active, active_store, compaction_codec(settings))
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
                 store=active_store,
-                service=ResponsesService(
-                    active,
-                    active_store,
-                    toolkit=toolkit,
-                    limits=loop_limits(settings),
-                    tool_events=events,
-                ),
+                service=service,
                 files=files_service,
                 vector_stores=vector_stores_service,
             )

@@ -67,6 +67,10 @@ class UpstreamConfig(BaseModel):
     # ["function"], what chat servers and vLLM's and SGLang's /v1/responses run; for OpenAI:
     # ["function", "custom", "namespace", "tool_search"].
     native_tool_types: list[str] | None = None
+    # kind "responses" only: the server has its own POST /v1/responses/compact (OpenAI), where
+    # compact requests for its models are forwarded as they are; off: the gateway compacts with
+    # the model (core.compact).
+    native_compact: bool = False
     # The tool sets (namespaces) every request routed here gets, besides those it names.
     tool_sets: list[str] = Field(default_factory=list)
 

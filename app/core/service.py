@@ -13,6 +13,8 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.compact import Compactor, UpstreamView, compaction_prelude, prelude_events
+from app.core.compaction import CompactionCodec, has_compaction
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
@@ -29,8 +31,9 @@ from app.core.response import (
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
-from app.core.tools import ToolContext, ToolKit
+from app.core.tools import PreludeItem, ToolContext, ToolKit
 from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
+from app.protocol.compaction import CompactRequest
 from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import SIMULATE_FIELD, ParsedRequest
@@ -47,11 +50,17 @@ _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input
 class _SingleRound:
     """The plain path: one upstream stream folded by one accumulator (no gateway tools)."""
 
-    __slots__ = ("_accumulator", "_upstream_events")
+    __slots__ = ("_accumulator", "_prelude", "_upstream_events", "shown")
 
-    def __init__(self, upstream_events: UpstreamEventStream) -> None:
+    def __init__(
+        self, upstream_events: UpstreamEventStream, prelude: list[PreludeItem] | None = None
+    ) -> None:
+        # Items the gateway produced before the round (a compaction) open the output; ``shown``
+        # are those the client has seen (the accumulator holds the round's items after them).
+        self._prelude = prelude or []
+        self.shown: list[JsonObject] = []
         self._upstream_events = upstream_events
-        self._accumulator = ResponseAccumulator()
+        self._accumulator = ResponseAccumulator(output_offset=len(self._prelude))
 
     @property
     def accumulator(self) -> ResponseAccumulator:
@@ -59,6 +68,10 @@ class _SingleRound:
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         accumulator = self._accumulator
+        # Shown once the stream is open, as the tool loop shows its prelude.
+        self.shown = [entry.item for entry in self._prelude]
+        for event in prelude_events(self._prelude):
+            yield event
         async for upstream_event in self._upstream_events:
             for event in accumulator.feed(upstream_event):
                 yield event
@@ -95,25 +108,39 @@ class ResponsesService:
         self.limits = limits or LoopLimits()
         self.tool_events = tool_events or ToolEvents()
         self._clock = clock
+        # Compacts, and lowers compaction items; the app gives it its lasting key (until then,
+        # compaction items last as long as the process).
+        self.compactor = Compactor(upstream, store, CompactionCodec.ephemeral(), clock=clock)
 
     # ------------------------------------------------------------------ create
 
-    async def _prepare(self, request: ParsedRequest) -> tuple[History, JsonObject]:
-        """Check, rehydrate; the upstream body is the client's own unless history joins it."""
+    async def _prepare(
+        self, request: ParsedRequest, headers: Mapping[str, str]
+    ) -> tuple[History, JsonObject, UpstreamView]:
+        """Check, rehydrate; the upstream body is the client's own unless history joins it or
+        compaction (``core.compact``) changes what the upstream sees."""
         body = request.body
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
+        compacted = has_compaction(history.input_items)
+        if compacted:
+            self.compactor.lowering(request.params.model).check(history.input_items, "input")
+        view = await self.compactor.view(body, history, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
-        if not history.stateful and not referenced and SIMULATE_FIELD not in body:
-            return history, body
-        upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
-        upstream_body["input"] = history.upstream_input()
-        return history, upstream_body
+        plain = not history.stateful and not referenced and not compacted
+        if plain and SIMULATE_FIELD not in body and "context_management" not in body:
+            return history, body, view
+        upstream_body = {
+            k: v for k, v in self.compactor.forwarded(body).items() if k not in _STATE_FIELDS
+        }
+        upstream_body["input"] = [*view.history, *view.input]
+        return history, upstream_body, view
 
     async def _tool_loop(
         self,
         request: ParsedRequest,
         history: History,
+        view: UpstreamView,
         headers: Mapping[str, str],
         response_id: str,
         *,
@@ -132,8 +159,10 @@ class ResponsesService:
             response_id=response_id,
             simulate=body.get(SIMULATE_FIELD) is True,
         )
-        prepared = await toolkit.prepare(body, history.history_items, history.input_items, context)
-        upstream_body = {k: v for k, v in body.items() if k not in _LOOP_FIELDS}
+        prepared = await toolkit.prepare(body, view.history, view.input, context)
+        prepared.prelude[:0] = [compaction_prelude(item) for item in view.output]
+        forwarded = self.compactor.forwarded(body)
+        upstream_body = {k: v for k, v in forwarded.items() if k not in _LOOP_FIELDS}
         include: list[Any] | None = request.params.include
         if prepared.upstream_include is not None:
             include = prepared.upstream_include
@@ -169,8 +198,8 @@ class ResponsesService:
         """Non-streaming create: the final Response object (stored unless ``store`` is false)."""
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(request)
-        loop = await self._tool_loop(request, history, headers, response_id, stream=False)
+        history, upstream_body, view = await self._prepare(request, headers)
+        loop = await self._tool_loop(request, history, view, headers, response_id, stream=False)
         if loop is not None:
             return await self._create_looped(request, history, loop, response_id, created_at)
         data = await self.upstream.create_response(upstream_body, headers)
@@ -186,7 +215,7 @@ class ResponsesService:
         details = data.get("incomplete_details")
         outcome = ResponseOutcome(
             status=status,
-            output=output,
+            output=[*view.output, *output],
             upstream=data,
             usage=normalize_usage(data.get("usage")),
             error=error if isinstance(error, dict) else None,
@@ -236,8 +265,8 @@ class ResponsesService:
         """
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(request)
-        loop = await self._tool_loop(request, history, headers, response_id, stream=True)
+        history, upstream_body, view = await self._prepare(request, headers)
+        loop = await self._tool_loop(request, history, view, headers, response_id, stream=True)
         if loop is not None:
             try:
                 await loop.open()
@@ -246,7 +275,7 @@ class ResponsesService:
                 raise
             return self._stream(request, history, loop, loop, response_id, created_at)
         upstream_events = await self.upstream.stream_response(upstream_body, headers)
-        single = _SingleRound(upstream_events)
+        single = _SingleRound(upstream_events, [compaction_prelude(i) for i in view.output])
         return self._stream(request, history, single, single.accumulator, response_id, created_at)
 
     async def _stream(
@@ -264,8 +293,11 @@ class ResponsesService:
         echoed = self._echoed(request.body)
 
         def snapshot(status: str, **fields: Any) -> JsonObject:
+            output = state.output
+            if isinstance(source, _SingleRound) and source.shown:
+                output = [*source.shown, *output]
             outcome = ResponseOutcome(
-                status=status, output=state.output, upstream=state.upstream_response, **fields
+                status=status, output=output, upstream=state.upstream_response, **fields
             )
             return build_response(echoed, response_id, created_at, outcome)
 
@@ -351,6 +383,12 @@ class ResponsesService:
 
     def _completed_at(self, status: str) -> int | None:
         return int(self._clock()) if status in ("completed", "incomplete") else None
+
+    async def compact(
+        self, request: CompactRequest, body: JsonObject, headers: Mapping[str, str]
+    ) -> JsonObject:
+        """``POST /v1/responses/compact`` (``core.compact``)."""
+        return await self.compactor.compact(request, body, headers)
 
     # ------------------------------------------------------------------ retrieve / delete
 

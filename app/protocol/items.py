@@ -79,7 +79,18 @@ class ReasoningItem(TypedDict):
     status: NotRequired[ItemStatus]
 
 
+class CompactionItem(TypedDict):
+    """What ``POST /v1/responses/compact`` returns last, and a client sends back as input:
+    ``encrypted_content`` is opaque to the client (``core.compaction`` writes and reads it)."""
+
+    type: Literal["compaction"]
+    id: str
+    encrypted_content: str
+    created_by: NotRequired[str | None]
+
+
 # The items the gateway builds itself.
+# (``CompactionItem`` is built by ``core.compact`` only and travels as a ``JsonObject``.)
 KnownItem = MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem
 # Any item of an output or an input: a known shape, or one carried through as it came.
 AnyItem = KnownItem | JsonObject
@@ -105,6 +116,7 @@ ITEM_ID_PREFIXES: dict[str, str] = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "compaction": "cmp",
 }
 _CORE_ITEM_TYPES = frozenset(ITEM_ID_PREFIXES)
 

@@ -31,6 +31,8 @@ class UpstreamSpec:
     # The tool types the server takes as they are (None: the kind's default,
     # ``tool_lowering.DEFAULT_NATIVE_TOOL_TYPES``); the others are lowered to functions.
     native_tool_types: frozenset[str] | None = None
+    # Kind "responses" only: the server serves /v1/responses/compact itself (OpenAI).
+    native_compact: bool = False
 
 
 UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
@@ -38,7 +40,12 @@ UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
 
 def create_responses_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:
     """Kind "responses": the server has ``/v1/responses`` (vLLM, SGLang, OpenAI)."""
-    return ResponsesUpstream(spec.url, native_tool_types=_native(spec, "responses"), **http)
+    return ResponsesUpstream(
+        spec.url,
+        native_tool_types=_native(spec, "responses"),
+        native_compact=spec.native_compact,
+        **http,
+    )
 
 
 def create_chat_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:

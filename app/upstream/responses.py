@@ -66,12 +66,23 @@ class ResponsesUpstream(HttpUpstream):
         base_url: str,
         *,
         native_tool_types: frozenset[str] | None = DEFAULT_NATIVE_TOOL_TYPES["responses"],
+        native_compact: bool = False,
         **http: Unpack[HttpOptions],
     ) -> None:
         super().__init__(base_url, **http)
         self.native_tool_types = native_tool_types
+        # The server has its own /v1/responses/compact (OpenAI): compact requests go there.
+        self.native_compact = native_compact
         self._responses_url = f"{self.base_url}/v1/responses"
         self._told_no_route = False
+
+    def compacts_natively(self, model: str | None) -> bool:
+        """``core.compaction.NativeCompactor``: per configuration, whatever the model."""
+        return self.native_compact
+
+    async def compact_natively(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+        """``POST /v1/responses/compact`` forwarded as it came."""
+        return await self.post_json(f"{self._responses_url}/compact", body, headers)
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
         lowered, lowering = lower_tools(body, self.native_tool_types)

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from app.core.compaction import NativeCompactor
 from app.core.ports import (
     ChatCompletionsForwarder,
     RawReply,
@@ -89,6 +90,20 @@ class UpstreamRouter:
     ) -> UpstreamEventStream:
         upstream, routed = self._routed(body)
         return await upstream.stream_response(routed, headers)
+
+    def compacts_natively(self, model: str | None) -> bool:
+        """``core.compaction.NativeCompactor``: whether the upstream serving ``model`` does."""
+        upstream = self.route_for(model).upstream
+        return isinstance(upstream, NativeCompactor) and upstream.compacts_natively(model)
+
+    async def compact_natively(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+        upstream, routed = self._routed(body)
+        if not isinstance(upstream, NativeCompactor):
+            raise NotFoundError(
+                "The upstream serving this model does not serve /v1/responses/compact.",
+                code="unsupported_endpoint",
+            )
+        return await upstream.compact_natively(routed, headers)
 
     async def forward_chat_completions(
         self, body: bytes, parsed: JsonObject, headers: Mapping[str, str]

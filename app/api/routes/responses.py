@@ -1,4 +1,5 @@
-"""``POST /v1/responses``: parse, hand to the service, serialize."""
+"""``POST /v1/responses`` and the routes of stored responses (retrieve, delete, input items,
+``POST /v1/responses/compact``): parse, hand to the service, serialize."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from app.api.pagination import page_params
 from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
+from app.protocol.compaction import CompactRequest
 from app.protocol.metadata import check_metadata
 from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_create_request
 
@@ -42,6 +44,15 @@ async def create_response(request: Request) -> Response:
         return event_stream_response(events)
     response = await state.service.create(create, headers)
     return Response(orjson.dumps(response), media_type="application/json")
+
+
+@router.post("/v1/responses/compact")
+async def compact_response(request: Request) -> Response:
+    """OpenAI's ``responses.compact``: the compacted items of a conversation."""
+    state = gateway_state(request)
+    body = await read_json_object(request, state.settings.max_body_bytes)
+    parsed = validate(CompactRequest, body)
+    return json_reply(await state.service.compact(parsed, body, client_headers(request)))
 
 
 @router.get("/v1/responses/{response_id}")
