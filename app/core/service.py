@@ -10,15 +10,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.context_window import ContextWindow
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
-from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
+from app.core.ports import (
+    NewResponse,
+    Page,
+    ResponseStore,
+    TokenCount,
+    TokenCounter,
+    Upstream,
+    UpstreamEventStream,
+)
 from app.core.response import (
     ResponseOutcome,
     build_response,
@@ -95,20 +105,57 @@ class ResponsesService:
         self.limits = limits or LoopLimits()
         self.tool_events = tool_events or ToolEvents()
         self._clock = clock
+        self.context = ContextWindow(upstream if isinstance(upstream, TokenCounter) else None)
 
     # ------------------------------------------------------------------ create
 
-    async def _prepare(self, request: ParsedRequest) -> tuple[History, JsonObject]:
-        """Check, rehydrate; the upstream body is the client's own unless history joins it."""
+    async def _prepare(
+        self, request: ParsedRequest, headers: Mapping[str, str]
+    ) -> tuple[History, JsonObject, History]:
+        """Check, rehydrate, fit the context window; the upstream body is the client's own
+        unless history joins it or truncation cut it. Returns the history (what is stored),
+        the upstream body and the history the upstream sees (``truncation``)."""
         body = request.body
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
+        seen = await self._fit(request, history, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
-        if not history.stateful and not referenced and SIMULATE_FIELD not in body:
-            return history, body
+        plain = seen is history and not history.stateful and not referenced
+        if plain and SIMULATE_FIELD not in body:
+            return history, body, seen
         upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
-        upstream_body["input"] = history.upstream_input()
-        return history, upstream_body
+        upstream_body["input"] = seen.upstream_input()
+        return history, upstream_body, seen
+
+    async def _fit(
+        self, request: ParsedRequest, history: History, headers: Mapping[str, str]
+    ) -> History:
+        """``history`` as it fits the model's window (``core.context_window``): itself, or a
+        copy without the oldest items ``truncation: "auto"`` dropped."""
+        params = request.params
+        fitted = await self.context.fit(
+            request.body,
+            history.upstream_input(),
+            headers,
+            truncation=params.truncation,
+            max_output_tokens=params.max_output_tokens,
+        )
+        if fitted is None or not fitted.dropped:
+            return history
+        kept = {id(item) for item in fitted.items}
+        return replace(
+            history,
+            history_items=[item for item in history.history_items if id(item) in kept],
+            input_items=[item for item in history.input_items if id(item) in kept],
+        )
+
+    async def input_tokens(self, request: ParsedRequest, headers: Mapping[str, str]) -> TokenCount:
+        """``POST /v1/responses/input_tokens``: the rehydrated request's input tokens."""
+        history = await rehydrate(self.store, request.params)
+        body = {k: v for k, v in request.body.items() if k not in _STATE_FIELDS}
+        return await self.context.count(
+            body, history.upstream_input(), headers, truncation=request.params.truncation
+        )
 
     async def _tool_loop(
         self,
@@ -169,8 +216,8 @@ class ResponsesService:
         """Non-streaming create: the final Response object (stored unless ``store`` is false)."""
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(request)
-        loop = await self._tool_loop(request, history, headers, response_id, stream=False)
+        history, upstream_body, seen = await self._prepare(request, headers)
+        loop = await self._tool_loop(request, seen, headers, response_id, stream=False)
         if loop is not None:
             return await self._create_looped(request, history, loop, response_id, created_at)
         data = await self.upstream.create_response(upstream_body, headers)
@@ -236,8 +283,8 @@ class ResponsesService:
         """
         response_id = new_id("resp")
         created_at = int(self._clock())
-        history, upstream_body = await self._prepare(request)
-        loop = await self._tool_loop(request, history, headers, response_id, stream=True)
+        history, upstream_body, seen = await self._prepare(request, headers)
+        loop = await self._tool_loop(request, seen, headers, response_id, stream=True)
         if loop is not None:
             try:
                 await loop.open()

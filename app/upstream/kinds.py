@@ -31,6 +31,9 @@ class UpstreamSpec:
     # The tool types the server takes as they are (None: the kind's default,
     # ``tool_lowering.DEFAULT_NATIVE_TOOL_TYPES``); the others are lowered to functions.
     native_tool_types: frozenset[str] | None = None
+    # The context window of every model it serves (None: the server's ``max_model_len``,
+    # discovered when a request asks for ``truncation: "auto"``; ``tokenize``).
+    context_window: int | None = None
 
 
 UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
@@ -38,13 +41,22 @@ UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
 
 def create_responses_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:
     """Kind "responses": the server has ``/v1/responses`` (vLLM, SGLang, OpenAI)."""
-    return ResponsesUpstream(spec.url, native_tool_types=_native(spec, "responses"), **http)
+    return ResponsesUpstream(
+        spec.url,
+        native_tool_types=_native(spec, "responses"),
+        context_window=spec.context_window,
+        **http,
+    )
 
 
 def create_chat_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:
     """Kind "chat": only ``/v1/chat/completions`` (Ollama, llama.cpp, TGI, ...), translated."""
     return ChatUpstream(
-        spec.url, options=spec.chat, native_tool_types=_native(spec, "chat"), **http
+        spec.url,
+        options=spec.chat,
+        native_tool_types=_native(spec, "chat"),
+        context_window=spec.context_window,
+        **http,
     )
 
 

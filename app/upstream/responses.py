@@ -14,7 +14,8 @@ from app.core.ports import SingleResponseStream
 from app.errors import UpstreamError, UpstreamHTTPError
 from app.protocol.json_types import JsonObject
 from app.upstream.events import UpstreamEvents
-from app.upstream.http import HttpOptions, HttpUpstream
+from app.upstream.http import HttpOptions
+from app.upstream.tokenize import TokenizingUpstream
 from app.upstream.tool_lowering import (
     DEFAULT_NATIVE_TOOL_TYPES,
     lower_tools,
@@ -58,7 +59,7 @@ def is_missing_route(error: UpstreamHTTPError) -> bool:
     return message in _NO_ROUTE_MESSAGES
 
 
-class ResponsesUpstream(HttpUpstream):
+class ResponsesUpstream(TokenizingUpstream):
     """``core.ports.Upstream`` for a server with its own ``POST /v1/responses``."""
 
     def __init__(
@@ -66,9 +67,10 @@ class ResponsesUpstream(HttpUpstream):
         base_url: str,
         *,
         native_tool_types: frozenset[str] | None = DEFAULT_NATIVE_TOOL_TYPES["responses"],
+        context_window: int | None = None,
         **http: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(base_url, **http)
+        super().__init__(base_url, context_window=context_window, **http)
         self.native_tool_types = native_tool_types
         self._responses_url = f"{self.base_url}/v1/responses"
         self._told_no_route = False

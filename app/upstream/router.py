@@ -22,11 +22,14 @@ from app.core.ports import (
     ChatCompletionsForwarder,
     RawReply,
     RawStream,
+    TokenCount,
+    TokenCounter,
     Upstream,
     UpstreamEventStream,
 )
 from app.errors import NotFoundError, UpstreamError
 from app.protocol.json_types import JsonObject
+from app.upstream.tokenize import estimate_count
 
 logger = logging.getLogger(__name__)
 
@@ -102,6 +105,22 @@ class UpstreamRouter:
         if routed is not parsed:  # the model was renamed
             body = orjson.dumps(routed)
         return await upstream.forward_chat_completions(body, routed, headers)
+
+    async def count_input_tokens(self, body: JsonObject, headers: Mapping[str, str]) -> TokenCount:
+        """``core.ports.TokenCounter``: the routed upstream counts (an estimate when it cannot)."""
+        upstream, routed = self._routed(body)
+        if isinstance(upstream, TokenCounter):
+            return await upstream.count_input_tokens(routed, headers)
+        return estimate_count(routed)
+
+    async def context_window(
+        self, model: str, headers: Mapping[str, str], *, discover: bool
+    ) -> int | None:
+        route = self.route_for(model)
+        if not isinstance(route.upstream, TokenCounter):
+            return None
+        target = route.model_map.get(model, model)
+        return await route.upstream.context_window(target, headers, discover=discover)
 
     async def list_models(self, headers: Mapping[str, str]) -> RawReply:
         """One upstream: its answer as it came. Several: the union of their lists (first
