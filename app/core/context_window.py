@@ -59,6 +59,14 @@ class ContextWindow:
     def __init__(self, counter: TokenCounter | None) -> None:
         self.counter = counter
 
+    def checks(self, model: object, truncation: str | None) -> bool:
+        """Whether ``fit`` may check anything (no I/O): the hot path's one question when the
+        request asks no truncation and no window is configured."""
+        counter = self.counter
+        if counter is None or not isinstance(model, str):
+            return False
+        return truncation == "auto" or counter.configured_window(model) is not None
+
     async def count(
         self,
         body: JsonObject,
@@ -101,7 +109,10 @@ class ContextWindow:
         if counter is None or not isinstance(model, str):
             return None
         auto = truncation == "auto"
-        window = await counter.context_window(model, headers, discover=auto)
+        if auto:
+            window = await counter.context_window(model, headers)
+        else:
+            window = counter.configured_window(model)
         if window is None:
             return None
         budget = window - (max_output_tokens or 0)

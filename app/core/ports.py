@@ -121,11 +121,13 @@ class TokenCounter(Protocol):
         the model would see them: instructions, input and tools, rendered by its template."""
         ...
 
-    async def context_window(
-        self, model: str, headers: Mapping[str, str], *, discover: bool
-    ) -> int | None:
-        """The context window of ``model``: the configured one, else (only with ``discover``)
-        the upstream's ``max_model_len``, cached per model; None when unknown."""
+    def configured_window(self, model: str) -> int | None:
+        """The context window configured for ``model`` (no I/O); None when none is."""
+        ...
+
+    async def context_window(self, model: str, headers: Mapping[str, str]) -> int | None:
+        """The context window of ``model``: the configured one, else the upstream's
+        ``max_model_len``, cached per model; None when unknown."""
         ...
 
 

@@ -118,7 +118,9 @@ class ResponsesService:
         body = request.body
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
-        seen = await self._fit(request, history, headers)
+        seen = history
+        if self.context.checks(request.params.model, request.params.truncation):
+            seen = await self._fit(request, history, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
         plain = seen is history and not history.stateful and not referenced
         if plain and SIMULATE_FIELD not in body:

@@ -10,12 +10,12 @@ import logging
 from collections.abc import Mapping
 from typing import Unpack
 
-from app.core.ports import SingleResponseStream
+from app.core.ports import SingleResponseStream, TokenCount
 from app.errors import UpstreamError, UpstreamHTTPError
 from app.protocol.json_types import JsonObject
 from app.upstream.events import UpstreamEvents
 from app.upstream.http import HttpOptions
-from app.upstream.tokenize import TokenizingUpstream
+from app.upstream.tokenize import TokenizingUpstream, has_no_route
 from app.upstream.tool_lowering import (
     DEFAULT_NATIVE_TOOL_TYPES,
     lower_tools,
@@ -40,6 +40,20 @@ NO_RESPONSES_API_HINT = (
     "The upstream has no /v1/responses (it answered 404 there): if it serves only "
     "/v1/chat/completions (Ollama, llama.cpp, TGI …), run the gateway with "
     '--upstream-kind chat (RESPGATE_UPSTREAM_KIND=chat, or kind = "chat" in [[upstreams]]).'
+)
+
+
+# What ``POST /v1/responses/input_tokens`` takes besides the (rehydrated) input.
+_COUNT_FIELDS = (
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "truncation",
 )
 
 
@@ -74,6 +88,7 @@ class ResponsesUpstream(TokenizingUpstream):
         self.native_tool_types = native_tool_types
         self._responses_url = f"{self.base_url}/v1/responses"
         self._told_no_route = False
+        self._has_input_tokens = True
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
         lowered, lowering = lower_tools(body, self.native_tool_types)
@@ -100,6 +115,27 @@ class ResponsesUpstream(TokenizingUpstream):
         if lowering is None:
             return UpstreamEvents(answer)
         return RaisedEvents(UpstreamEvents(answer), EventRaiser(lowering))
+
+    async def count_natively(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> TokenCount | None:
+        """OpenAI's exact count (``POST /v1/responses/input_tokens``) when the server has it."""
+        if not self._has_input_tokens:
+            return None
+        lowered, _ = lower_tools(body, self.native_tool_types)
+        request = {key: lowered[key] for key in _COUNT_FIELDS if key in lowered}
+        try:
+            answer = await self.post_json(f"{self._responses_url}/input_tokens", request, headers)
+        except UpstreamHTTPError as exc:
+            if has_no_route(exc):
+                self._has_input_tokens = False
+            else:
+                logger.warning("upstream %s refused input_tokens: %s", self.base_url, exc.message)
+            return None
+        tokens = answer.get("input_tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool):
+            return None
+        return TokenCount(tokens, exact=True)
 
     def _explain(self, error: UpstreamHTTPError) -> UpstreamError:
         """A 404 on the path itself says what to do (logged once); other errors pass."""

@@ -57,6 +57,12 @@ class UpstreamRouter:
         self.default = self.routes[0]
         self._exact: dict[str, UpstreamRoute] = {}
         self._patterns: list[tuple[re.Pattern[str], UpstreamRoute]] = []
+        # Each route's token counter, looked up once: a runtime protocol check costs
+        # microseconds, too much for every request.
+        self._counters: dict[int, TokenCounter | None] = {
+            id(route): route.upstream if isinstance(route.upstream, TokenCounter) else None
+            for route in self.routes
+        }
         for route in self.routes:
             for name in (*route.model_map, *route.models):
                 if _WILDCARDS.search(name):
@@ -108,19 +114,26 @@ class UpstreamRouter:
 
     async def count_input_tokens(self, body: JsonObject, headers: Mapping[str, str]) -> TokenCount:
         """``core.ports.TokenCounter``: the routed upstream counts (an estimate when it cannot)."""
-        upstream, routed = self._routed(body)
-        if isinstance(upstream, TokenCounter):
-            return await upstream.count_input_tokens(routed, headers)
+        route = self.route_for(body.get("model"))
+        counter = self._counters[id(route)]
+        _, routed = self._routed(body)
+        if counter is not None:
+            return await counter.count_input_tokens(routed, headers)
         return estimate_count(routed)
 
-    async def context_window(
-        self, model: str, headers: Mapping[str, str], *, discover: bool
-    ) -> int | None:
+    def configured_window(self, model: str) -> int | None:
         route = self.route_for(model)
-        if not isinstance(route.upstream, TokenCounter):
+        counter = self._counters[id(route)]
+        if counter is None:
             return None
-        target = route.model_map.get(model, model)
-        return await route.upstream.context_window(target, headers, discover=discover)
+        return counter.configured_window(route.model_map.get(model, model))
+
+    async def context_window(self, model: str, headers: Mapping[str, str]) -> int | None:
+        route = self.route_for(model)
+        counter = self._counters[id(route)]
+        if counter is None:
+            return None
+        return await counter.context_window(route.model_map.get(model, model), headers)
 
     async def list_models(self, headers: Mapping[str, str]) -> RawReply:
         """One upstream: its answer as it came. Several: the union of their lists (first

@@ -6,10 +6,11 @@ tokenizer endpoint: vLLM and SGLang serve ``POST /tokenize``, which takes a chat
 and answers ``{"count": N, "max_model_len": M, ...}``. The request is translated to the chat
 form as the chat kind sends it (``chat_request``), so for a Responses-kind upstream the count
 is the one its chat template gives. A server without it (404 or 405: OpenAI, Ollama,
-llama.cpp) is remembered and counted by ``estimate_count``: tiktoken's ``cl100k_base`` over the
-text (``frontends.anthropic.tokens``), flagged as an estimate. Any other refusal of
-``/tokenize`` falls back to the estimate for that request. The context window is the
-configured one (``[[upstreams]] context_window``), else, only when asked to discover it, the
+llama.cpp) is remembered; then the kind's own count is asked (``count_natively``: the
+Responses kind forwards to ``POST /v1/responses/input_tokens``, which OpenAI serves), else
+``estimate_count``: tiktoken's ``cl100k_base`` over the text (``frontends.anthropic.tokens``),
+flagged as an estimate. Any other refusal falls back the same way for that request. The
+context window is the configured one (``[[upstreams]] context_window``), else the
 ``max_model_len`` the server lists for the model in ``GET /v1/models`` (vLLM, SGLang), cached
 per model (a ``/tokenize`` answer fills the cache too).
 """
@@ -35,6 +36,13 @@ logger = logging.getLogger(__name__)
 _NO_ENDPOINT = frozenset({404, 405, 501})
 
 
+def has_no_route(error: UpstreamHTTPError) -> bool:
+    """A server without the endpoint (not a 404 for the model the request names)."""
+    if error.status_code not in _NO_ENDPOINT:
+        return False
+    return error.status_code != 404 or "model" not in error.message.lower()
+
+
 def estimate_count(body: JsonObject) -> TokenCount:
     """The tiktoken estimate of a Responses body whose ``input`` is a list of items."""
     return TokenCount(estimate_input_tokens(body), exact=False)
@@ -55,7 +63,7 @@ class TokenizingUpstream(HttpUpstream):
         self, base_url: str, *, context_window: int | None = None, **http: Unpack[HttpOptions]
     ) -> None:
         super().__init__(base_url, **http)
-        self.configured_window = context_window
+        self._configured_window = context_window
         self._windows: dict[str, int | None] = {}
         self._has_tokenize = True
 
@@ -64,13 +72,25 @@ class TokenizingUpstream(HttpUpstream):
         return ChatOptions()
 
     async def count_input_tokens(self, body: JsonObject, headers: Mapping[str, str]) -> TokenCount:
-        if not self._has_tokenize:
-            return estimate_count(body)
+        count = await self._tokenize(body, headers) if self._has_tokenize else None
+        if count is None:
+            count = await self.count_natively(body, headers)
+        return count if count is not None else estimate_count(body)
+
+    async def count_natively(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> TokenCount | None:
+        """A kind's own exact count when the server has no ``/tokenize`` (None: it has none)."""
+        return None
+
+    async def _tokenize(self, body: JsonObject, headers: Mapping[str, str]) -> TokenCount | None:
+        """The count of ``POST /tokenize`` in its chat form; None when the server has none or
+        refused this one (logged)."""
         lowered, _ = lower_tools(body, self.native_tool_types)
         try:
             chat = to_chat_request(lowered, self.chat_options, stream=False)
         except InvalidRequestError:
-            return estimate_count(body)
+            return None
         request: JsonObject = {"messages": chat.get("messages") or []}
         request["add_generation_prompt"] = True
         if chat.get("model") is not None:
@@ -80,25 +100,19 @@ class TokenizingUpstream(HttpUpstream):
         try:
             answer = await self.post_json(f"{self.base_url}/tokenize", request, headers)
         except UpstreamHTTPError as exc:
-            if exc.status_code in _NO_ENDPOINT:
+            if has_no_route(exc):
                 self._has_tokenize = False
                 logger.info(
-                    "upstream %s has no /tokenize (HTTP %s): token counts are estimates",
-                    self.base_url,
-                    exc.status_code,
+                    "upstream %s has no /tokenize (HTTP %s)", self.base_url, exc.status_code
                 )
             else:
-                logger.warning(
-                    "upstream %s refused /tokenize (%s): this count is an estimate",
-                    self.base_url,
-                    exc.message,
-                )
-            return estimate_count(body)
+                logger.warning("upstream %s refused /tokenize: %s", self.base_url, exc.message)
+            return None
         count = answer.get("count")
         if not isinstance(count, int) or isinstance(count, bool):
             tokens = answer.get("tokens")
             if not isinstance(tokens, list):
-                return estimate_count(body)
+                return None
             count = len(tokens)
         window = answer.get("max_model_len")
         model = body.get("model")
@@ -106,13 +120,12 @@ class TokenizingUpstream(HttpUpstream):
             self._windows.setdefault(model, window)
         return TokenCount(count, exact=True)
 
-    async def context_window(
-        self, model: str, headers: Mapping[str, str], *, discover: bool
-    ) -> int | None:
-        if self.configured_window is not None:
-            return self.configured_window
-        if not discover:
-            return None
+    def configured_window(self, model: str) -> int | None:
+        return self._configured_window
+
+    async def context_window(self, model: str, headers: Mapping[str, str]) -> int | None:
+        if self._configured_window is not None:
+            return self._configured_window
         if model in self._windows:
             return self._windows[model]
         try:

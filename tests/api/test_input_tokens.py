@@ -95,6 +95,34 @@ def test_without_tokenize_the_count_is_an_estimate_that_says_so(kind: str) -> No
     assert up.log.tokenized == []
 
 
+def test_an_openai_like_upstream_counts_with_its_own_input_tokens() -> None:
+    """No ``/tokenize`` (OpenAI has none), but ``/v1/responses/input_tokens``: forwarded, exact,
+    with the rehydrated input and without the state fields."""
+    with (
+        served("responses", tokenize=False, native_count=True) as up,
+        in_process(up.gateway) as http,
+    ):
+        client = openai_client(http)
+        first = client.responses.create(model=MODEL, input="Remember zebra.")
+        raw = client.responses.input_tokens.with_raw_response.count(
+            model=MODEL,
+            previous_response_id=first.id,
+            input="Which word?",
+            instructions="Be brief.",
+            tools=[WEATHER_TOOL],  # type: ignore[list-item]
+        )
+
+    (forwarded,) = up.log.natively_counted
+    assert raw.headers["respgate-token-count"] == "exact"
+    assert raw.parse().input_tokens == scripted_count(
+        {"messages": forwarded["input"], "tools": forwarded["tools"]}
+    )
+    assert set(forwarded) == {"model", "input", "instructions", "tools"}
+    texts = [item["content"][0]["text"] for item in forwarded["input"]]
+    assert texts == ["Remember zebra.", "No shell tool was offered.", "Which word?"]
+    assert up.log.tokenized == []
+
+
 def test_a_missing_model_is_openais_400() -> None:
     with served("responses") as up, in_process(up.gateway) as http:
         client = openai_client(http)

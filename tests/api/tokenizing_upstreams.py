@@ -3,8 +3,9 @@
 ``tokenizing_app`` serves a scripted server (``tests/clients``: the Responses kind or the chat
 kind) plus what vLLM serves besides inference: ``POST /tokenize`` (a chat request; the count is
 ``scripted_count`` of what it received; absent with ``tokenize=False``, a 404 as on a server
-without the route) and ``GET /v1/models`` with ``max_model_len``. ``TokenizerLog`` records each
-``/tokenize`` body and counts the model lists, so a test sees what the gateway asked.
+without the route) and ``GET /v1/models`` with ``max_model_len``; with ``native_count``, OpenAI's
+``POST /v1/responses/input_tokens`` too (``scripted_count`` of the input). ``TokenizerLog``
+records each count request and counts the model lists, so a test sees what the gateway asked.
 """
 
 from __future__ import annotations
@@ -49,13 +50,25 @@ def words(count: int, word: str = "w") -> str:
 @dataclass
 class TokenizerLog:
     tokenized: list[JsonObject] = field(default_factory=list)
+    natively_counted: list[JsonObject] = field(default_factory=list)
     model_lists: int = 0
 
 
 def tokenizing_app(
-    server: ScriptedServer, log: TokenizerLog, *, max_model_len: int | None, tokenize: bool
+    server: ScriptedServer,
+    log: TokenizerLog,
+    *,
+    max_model_len: int | None,
+    tokenize: bool,
+    native_count: bool = False,
 ) -> Starlette:
     app = server.app()
+
+    async def input_tokens(request: Request) -> Response:
+        body = await request.json()
+        log.natively_counted.append(copy.deepcopy(body))
+        count = scripted_count({"messages": body.get("input"), "tools": body.get("tools")})
+        return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 
     async def tokenize_route(request: Request) -> Response:
         body = await request.json()
@@ -75,6 +88,9 @@ def tokenizing_app(
     app.router.routes.insert(0, Route("/v1/models", models, methods=["GET"]))
     if tokenize:
         app.router.routes.append(Route("/tokenize", tokenize_route, methods=["POST"]))
+    if native_count:
+        route = Route("/v1/responses/input_tokens", input_tokens, methods=["POST"])
+        app.router.routes.append(route)
     return app
 
 
@@ -97,12 +113,15 @@ def served(
     *,
     max_model_len: int | None = None,
     tokenize: bool = True,
+    native_count: bool = False,
     context_window: int | None = None,
 ) -> Iterator[Served]:
     """A gateway (its app, not yet started) over one scripted upstream of ``kind``."""
     server: ScriptedServer = ScriptedUpstream() if kind == "responses" else ScriptedChatUpstream()
     log = TokenizerLog()
-    app = tokenizing_app(server, log, max_model_len=max_model_len, tokenize=tokenize)
+    app = tokenizing_app(
+        server, log, max_model_len=max_model_len, tokenize=tokenize, native_count=native_count
+    )
     with serve_in_thread(app) as url:
         upstream: TokenizingUpstream
         if kind == "responses":

@@ -70,12 +70,11 @@ class WordCounter:
         self.counted.append(body["input"])
         return TokenCount(sum(len(str(i.get("content", "")).split()) for i in body["input"]), True)
 
-    async def context_window(
-        self, model: str, headers: Mapping[str, str], *, discover: bool
-    ) -> int | None:
-        if self.window is not None:
-            return self.window
-        return self.discovered if discover else None
+    def configured_window(self, model: str) -> int | None:
+        return self.window
+
+    async def context_window(self, model: str, headers: Mapping[str, str]) -> int | None:
+        return self.window if self.window is not None else self.discovered
 
 
 BODY: JsonObject = {"model": "m"}
