@@ -17,13 +17,15 @@ port (the upstream's tokenizer, or an estimate); a request whose serialized size
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
+from app.core.history import History
 from app.core.ports import TokenCount, TokenCounter
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.json_types import JsonObject
+from app.protocol.requests import ParsedRequest
 
 # Tokens a chat template may add around the serialized request (role markers, the tool
 # preamble, the generation prompt): fixed, then per item.
@@ -125,6 +127,29 @@ class ContextWindow:
         if not auto:
             raise context_length_exceeded()
         return await _truncate(counter, body, headers, budget)
+
+
+async def fit_history(
+    window: ContextWindow, request: ParsedRequest, history: History, headers: Mapping[str, str]
+) -> History:
+    """``history`` as it fits the model's window: itself, or a copy without the oldest items
+    ``truncation: "auto"`` dropped (what the upstream sees; the stored response keeps all)."""
+    params = request.params
+    fitted = await window.fit(
+        request.body,
+        history.upstream_input(),
+        headers,
+        truncation=params.truncation,
+        max_output_tokens=params.max_output_tokens,
+    )
+    if fitted is None or not fitted.dropped:
+        return history
+    kept = {id(item) for item in fitted.items}
+    return replace(
+        history,
+        history_items=[item for item in history.history_items if id(item) in kept],
+        input_items=[item for item in history.input_items if id(item) in kept],
+    )
 
 
 async def _truncate(

@@ -10,11 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
-from app.core.context_window import ContextWindow
+from app.core.context_window import ContextWindow, fit_history
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
@@ -120,7 +119,7 @@ class ResponsesService:
         history = await rehydrate(self.store, request.params)
         seen = history
         if self.context.checks(request.params.model, request.params.truncation):
-            seen = await self._fit(request, history, headers)
+            seen = await fit_history(self.context, request, history, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
         plain = seen is history and not history.stateful and not referenced
         if plain and SIMULATE_FIELD not in body:
@@ -128,28 +127,6 @@ class ResponsesService:
         upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
         upstream_body["input"] = seen.upstream_input()
         return history, upstream_body, seen
-
-    async def _fit(
-        self, request: ParsedRequest, history: History, headers: Mapping[str, str]
-    ) -> History:
-        """``history`` as it fits the model's window (``core.context_window``): itself, or a
-        copy without the oldest items ``truncation: "auto"`` dropped."""
-        params = request.params
-        fitted = await self.context.fit(
-            request.body,
-            history.upstream_input(),
-            headers,
-            truncation=params.truncation,
-            max_output_tokens=params.max_output_tokens,
-        )
-        if fitted is None or not fitted.dropped:
-            return history
-        kept = {id(item) for item in fitted.items}
-        return replace(
-            history,
-            history_items=[item for item in history.history_items if id(item) in kept],
-            input_items=[item for item in history.input_items if id(item) in kept],
-        )
 
     async def input_tokens(self, request: ParsedRequest, headers: Mapping[str, str]) -> TokenCount:
         """``POST /v1/responses/input_tokens``: the rehydrated request's input tokens."""
