@@ -102,6 +102,35 @@ class Upstream(Protocol):
     async def aclose(self) -> None: ...
 
 
+@dataclass(frozen=True, slots=True)
+class TokenCount:
+    """The input tokens of a request: ``exact`` when the upstream's own tokenizer counted them
+    (vLLM's and SGLang's ``POST /tokenize``), else an estimate (tiktoken)."""
+
+    tokens: int
+    exact: bool
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """An upstream that counts a request's input tokens and knows its models' context windows
+    (``core.context_window`` uses it for ``truncation`` and ``/v1/responses/input_tokens``)."""
+
+    async def count_input_tokens(self, body: JsonObject, headers: Mapping[str, str]) -> TokenCount:
+        """The tokens of ``body`` (a Responses request whose ``input`` is a list of items) as
+        the model would see them: instructions, input and tools, rendered by its template."""
+        ...
+
+    def configured_window(self, model: str) -> int | None:
+        """The context window configured for ``model`` (no I/O); None when none is."""
+        ...
+
+    async def context_window(self, model: str, headers: Mapping[str, str]) -> int | None:
+        """The context window of ``model``: the configured one, else the upstream's
+        ``max_model_len``, cached per model; None when unknown."""
+        ...
+
+
 # ----------------------------------------------------------------------------- state
 
 

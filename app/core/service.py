@@ -15,12 +15,21 @@ from typing import Any
 from app.core.accumulator import ResponseAccumulator
 from app.core.compact import Compactor, UpstreamView, compaction_prelude, prelude_events
 from app.core.compaction import CompactionCodec, has_compaction
+from app.core.context_window import ContextWindow, fit_history
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
-from app.core.ports import NewResponse, Page, ResponseStore, Upstream, UpstreamEventStream
+from app.core.ports import (
+    NewResponse,
+    Page,
+    ResponseStore,
+    TokenCount,
+    TokenCounter,
+    Upstream,
+    UpstreamEventStream,
+)
 from app.core.response import (
     ResponseOutcome,
     build_response,
@@ -111,23 +120,29 @@ class ResponsesService:
         # Compacts, and lowers compaction items; the app gives it its lasting key (until then,
         # compaction items last as long as the process).
         self.compactor = Compactor(upstream, store, CompactionCodec.ephemeral(), clock=clock)
+        self.context = ContextWindow(upstream if isinstance(upstream, TokenCounter) else None)
 
     # ------------------------------------------------------------------ create
 
     async def _prepare(
         self, request: ParsedRequest, headers: Mapping[str, str]
     ) -> tuple[History, JsonObject, UpstreamView]:
-        """Check, rehydrate; the upstream body is the client's own unless history joins it or
-        compaction (``core.compact``) changes what the upstream sees."""
+        """Check, rehydrate, fit the context window (``truncation``); the upstream body is the
+        client's own unless history joins it, truncation cuts it or compaction
+        (``core.compact``) changes what the upstream sees. Returns the history (what is
+        stored), the upstream body and what the upstream sees."""
         body = request.body
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
         compacted = has_compaction(history.input_items)
         if compacted:
             self.compactor.lowering(request.params.model).check(history.input_items, "input")
-        view = await self.compactor.view(body, history, headers)
+        seen = history
+        if self.context.checks(request.params.model, request.params.truncation):
+            seen = await fit_history(self.context, request, history, headers)
+        view = await self.compactor.view(body, seen, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
-        plain = not history.stateful and not referenced and not compacted
+        plain = seen is history and not history.stateful and not referenced and not compacted
         if plain and SIMULATE_FIELD not in body and "context_management" not in body:
             return history, body, view
         upstream_body = {
@@ -135,6 +150,14 @@ class ResponsesService:
         }
         upstream_body["input"] = [*view.history, *view.input]
         return history, upstream_body, view
+
+    async def input_tokens(self, request: ParsedRequest, headers: Mapping[str, str]) -> TokenCount:
+        """``POST /v1/responses/input_tokens``: the rehydrated request's input tokens."""
+        history = await rehydrate(self.store, request.params)
+        body = {k: v for k, v in request.body.items() if k not in _STATE_FIELDS}
+        return await self.context.count(
+            body, history.upstream_input(), headers, truncation=request.params.truncation
+        )
 
     async def _tool_loop(
         self,

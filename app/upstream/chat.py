@@ -19,7 +19,8 @@ from app.protocol.json_types import JsonObject
 from app.upstream.chat_request import ChatOptions, to_chat_request
 from app.upstream.chat_response import ChatStreamTranslator, to_response
 from app.upstream.events import UpstreamEvents
-from app.upstream.http import HttpOptions, HttpUpstream
+from app.upstream.http import HttpOptions
+from app.upstream.tokenize import TokenizingUpstream
 from app.upstream.tool_lowering import (
     DEFAULT_NATIVE_TOOL_TYPES,
     lower_tools,
@@ -27,7 +28,7 @@ from app.upstream.tool_lowering import (
 from app.upstream.tool_raising import EventRaiser, RaisingTranslator
 
 
-class ChatUpstream(HttpUpstream):
+class ChatUpstream(TokenizingUpstream):
     """``core.ports.Upstream`` over a chat-completions server."""
 
     def __init__(
@@ -36,13 +37,18 @@ class ChatUpstream(HttpUpstream):
         *,
         options: ChatOptions | None = None,
         native_tool_types: frozenset[str] | None = DEFAULT_NATIVE_TOOL_TYPES["chat"],
+        context_window: int | None = None,
         **http: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(base_url, **http)
+        super().__init__(base_url, context_window=context_window, **http)
         self.options = options or ChatOptions()
         # Tool types sent as they are; the others are lowered (``tool_lowering``).
         self.native_tool_types = native_tool_types
         self._chat_url = f"{self.base_url}/v1/chat/completions"
+
+    @property
+    def chat_options(self) -> ChatOptions:
+        return self.options
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
         lowered, lowering = lower_tools(body, self.native_tool_types)

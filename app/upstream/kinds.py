@@ -33,6 +33,9 @@ class UpstreamSpec:
     native_tool_types: frozenset[str] | None = None
     # Kind "responses" only: the server serves /v1/responses/compact itself (OpenAI).
     native_compact: bool = False
+    # The context window of every model it serves (None: the server's ``max_model_len``,
+    # discovered when a request asks for ``truncation: "auto"``; ``tokenize``).
+    context_window: int | None = None
 
 
 UpstreamFactory = Callable[[UpstreamSpec, HttpOptions], Upstream]
@@ -44,6 +47,7 @@ def create_responses_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream
         spec.url,
         native_tool_types=_native(spec, "responses"),
         native_compact=spec.native_compact,
+        context_window=spec.context_window,
         **http,
     )
 
@@ -51,7 +55,11 @@ def create_responses_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream
 def create_chat_upstream(spec: UpstreamSpec, http: HttpOptions) -> Upstream:
     """Kind "chat": only ``/v1/chat/completions`` (Ollama, llama.cpp, TGI, ...), translated."""
     return ChatUpstream(
-        spec.url, options=spec.chat, native_tool_types=_native(spec, "chat"), **http
+        spec.url,
+        options=spec.chat,
+        native_tool_types=_native(spec, "chat"),
+        context_window=spec.context_window,
+        **http,
     )
 
 

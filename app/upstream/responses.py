@@ -10,11 +10,12 @@ import logging
 from collections.abc import Mapping
 from typing import Unpack
 
-from app.core.ports import SingleResponseStream
+from app.core.ports import SingleResponseStream, TokenCount
 from app.errors import UpstreamError, UpstreamHTTPError
 from app.protocol.json_types import JsonObject
 from app.upstream.events import UpstreamEvents
-from app.upstream.http import HttpOptions, HttpUpstream
+from app.upstream.http import HttpOptions
+from app.upstream.tokenize import TokenizingUpstream, has_no_route
 from app.upstream.tool_lowering import (
     DEFAULT_NATIVE_TOOL_TYPES,
     lower_tools,
@@ -42,6 +43,20 @@ NO_RESPONSES_API_HINT = (
 )
 
 
+# What ``POST /v1/responses/input_tokens`` takes besides the (rehydrated) input.
+_COUNT_FIELDS = (
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "truncation",
+)
+
+
 class NoResponsesApiError(UpstreamError):
     """The upstream answered 404 on ``/v1/responses`` itself: it is a chat-only server."""
 
@@ -58,7 +73,7 @@ def is_missing_route(error: UpstreamHTTPError) -> bool:
     return message in _NO_ROUTE_MESSAGES
 
 
-class ResponsesUpstream(HttpUpstream):
+class ResponsesUpstream(TokenizingUpstream):
     """``core.ports.Upstream`` for a server with its own ``POST /v1/responses``."""
 
     def __init__(
@@ -67,14 +82,16 @@ class ResponsesUpstream(HttpUpstream):
         *,
         native_tool_types: frozenset[str] | None = DEFAULT_NATIVE_TOOL_TYPES["responses"],
         native_compact: bool = False,
+        context_window: int | None = None,
         **http: Unpack[HttpOptions],
     ) -> None:
-        super().__init__(base_url, **http)
+        super().__init__(base_url, context_window=context_window, **http)
         self.native_tool_types = native_tool_types
         # The server has its own /v1/responses/compact (OpenAI): compact requests go there.
         self.native_compact = native_compact
         self._responses_url = f"{self.base_url}/v1/responses"
         self._told_no_route = False
+        self._has_input_tokens = True
 
     def compacts_natively(self, model: str | None) -> bool:
         """``core.compaction.NativeCompactor``: per configuration, whatever the model."""
@@ -109,6 +126,27 @@ class ResponsesUpstream(HttpUpstream):
         if lowering is None:
             return UpstreamEvents(answer)
         return RaisedEvents(UpstreamEvents(answer), EventRaiser(lowering))
+
+    async def count_natively(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> TokenCount | None:
+        """OpenAI's exact count (``POST /v1/responses/input_tokens``) when the server has it."""
+        if not self._has_input_tokens:
+            return None
+        lowered, _ = lower_tools(body, self.native_tool_types)
+        request = {key: lowered[key] for key in _COUNT_FIELDS if key in lowered}
+        try:
+            answer = await self.post_json(f"{self._responses_url}/input_tokens", request, headers)
+        except UpstreamHTTPError as exc:
+            if has_no_route(exc):
+                self._has_input_tokens = False
+            else:
+                logger.warning("upstream %s refused input_tokens: %s", self.base_url, exc.message)
+            return None
+        tokens = answer.get("input_tokens")
+        if not isinstance(tokens, int) or isinstance(tokens, bool):
+            return None
+        return TokenCount(tokens, exact=True)
 
     def _explain(self, error: UpstreamHTTPError) -> UpstreamError:
         """A 404 on the path itself says what to do (logged once); other errors pass."""

@@ -23,11 +23,14 @@ from app.core.ports import (
     ChatCompletionsForwarder,
     RawReply,
     RawStream,
+    TokenCount,
+    TokenCounter,
     Upstream,
     UpstreamEventStream,
 )
 from app.errors import NotFoundError, UpstreamError
 from app.protocol.json_types import JsonObject
+from app.upstream.tokenize import estimate_count
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +58,12 @@ class UpstreamRouter:
         self.default = self.routes[0]
         self._exact: dict[str, UpstreamRoute] = {}
         self._patterns: list[tuple[re.Pattern[str], UpstreamRoute]] = []
+        # Each route's token counter, looked up once: a runtime protocol check costs
+        # microseconds, too much for every request.
+        self._counters: dict[int, TokenCounter | None] = {
+            id(route): route.upstream if isinstance(route.upstream, TokenCounter) else None
+            for route in self.routes
+        }
         for route in self.routes:
             for name in (*route.model_map, *route.models):
                 if _WILDCARDS.search(name):
@@ -117,6 +126,29 @@ class UpstreamRouter:
         if routed is not parsed:  # the model was renamed
             body = orjson.dumps(routed)
         return await upstream.forward_chat_completions(body, routed, headers)
+
+    async def count_input_tokens(self, body: JsonObject, headers: Mapping[str, str]) -> TokenCount:
+        """``core.ports.TokenCounter``: the routed upstream counts (an estimate when it cannot)."""
+        route = self.route_for(body.get("model"))
+        counter = self._counters[id(route)]
+        _, routed = self._routed(body)
+        if counter is not None:
+            return await counter.count_input_tokens(routed, headers)
+        return estimate_count(routed)
+
+    def configured_window(self, model: str) -> int | None:
+        route = self.route_for(model)
+        counter = self._counters[id(route)]
+        if counter is None:
+            return None
+        return counter.configured_window(route.model_map.get(model, model))
+
+    async def context_window(self, model: str, headers: Mapping[str, str]) -> int | None:
+        route = self.route_for(model)
+        counter = self._counters[id(route)]
+        if counter is None:
+            return None
+        return await counter.context_window(route.model_map.get(model, model), headers)
 
     async def list_models(self, headers: Mapping[str, str]) -> RawReply:
         """One upstream: its answer as it came. Several: the union of their lists (first

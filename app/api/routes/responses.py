@@ -55,6 +55,26 @@ async def compact_response(request: Request) -> Response:
     return json_reply(await state.service.compact(parsed, body, client_headers(request)))
 
 
+@router.post("/v1/responses/input_tokens")
+async def count_input_tokens(request: Request) -> Response:
+    """``POST /v1/responses/input_tokens`` (``client.responses.input_tokens.count``): the
+    request's input tokens, history included. An estimate (the upstream has no tokenizer
+    endpoint) says so: ``"estimated": true`` in the body, and the ``respgate-token-count``
+    header is ``estimate`` (``exact`` otherwise)."""
+    state = gateway_state(request)
+    body = await read_json_object(request, state.settings.max_body_bytes)
+    parsed = validate(CreateResponseRequest, body)
+    count = await state.service.input_tokens(ParsedRequest(parsed, body), client_headers(request))
+    reply: dict[str, object] = {"object": "response.input_tokens", "input_tokens": count.tokens}
+    if not count.exact:
+        reply["estimated"] = True
+    return Response(
+        orjson.dumps(reply),
+        media_type="application/json",
+        headers={"respgate-token-count": "exact" if count.exact else "estimate"},
+    )
+
+
 @router.get("/v1/responses/{response_id}")
 async def get_response(request: Request, response_id: str) -> Response:
     return json_reply(await gateway_state(request).service.get(response_id))
