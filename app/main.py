@@ -27,7 +27,9 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.engines import ToolSessionStore
+from app.core.jobs import JobStore
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
@@ -286,6 +288,22 @@ def loop_limits(settings: Settings) -> LoopLimits:
     )
 
 
+async def start_background(
+    settings: Settings, service: ResponsesService, store: ResponseStore
+) -> BackgroundResponses | None:
+    """Background responses on the store's job records (None when the store keeps none), after
+    taking over the jobs whose process stopped."""
+    if not isinstance(store, JobStore):
+        return None
+    options = BackgroundOptions(
+        lease_seconds=settings.background_lease_seconds,
+        event_retention_seconds=settings.background_event_retention_minutes * 60,
+    )
+    background = BackgroundResponses(service, store, options)
+    await background.start()
+    return background
+
+
 def create_app(
     settings: Settings,
     upstream: Upstream | None = None,
@@ -319,19 +337,24 @@ def create_app(
             for _, hook in load_hooks(settings.tool_hooks):
                 events.subscribe(hook)
             stack.push_async_callback(events.aclose)
+            service = ResponsesService(
+                active,
+                active_store,
+                toolkit=toolkit,
+                limits=loop_limits(settings),
+                tool_events=events,
+            )
+            background = await start_background(settings, service, active_store)
+            if background is not None:
+                stack.push_async_callback(background.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
                 store=active_store,
-                service=ResponsesService(
-                    active,
-                    active_store,
-                    toolkit=toolkit,
-                    limits=loop_limits(settings),
-                    tool_events=events,
-                ),
+                service=service,
                 files=files_service,
                 vector_stores=vector_stores_service,
+                background=background,
             )
             yield
 

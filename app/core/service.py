@@ -39,7 +39,9 @@ logger = logging.getLogger(__name__)
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
-_STATE_FIELDS = ("previous_response_id", "conversation", SIMULATE_FIELD)
+# Fields the gateway answers itself, never forwarded (``background``: core.background runs it).
+_STATE_FIELDS = ("previous_response_id", "conversation", SIMULATE_FIELD, "background")
+_STATE_FIELDS_SET = frozenset((SIMULATE_FIELD, "background"))
 # Fields the tool loop answers itself instead of forwarding.
 _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
 
@@ -104,7 +106,7 @@ class ResponsesService:
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
         referenced = len(history.new_input_items) != len(history.input_items)
-        if not history.stateful and not referenced and SIMULATE_FIELD not in body:
+        if not history.stateful and not referenced and not _STATE_FIELDS_SET.intersection(body):
             return history, body
         upstream_body = {k: v for k, v in body.items() if k not in _STATE_FIELDS}
         upstream_body["input"] = history.upstream_input()
@@ -226,16 +228,22 @@ class ResponsesService:
         return response
 
     async def open_stream(
-        self, request: ParsedRequest, headers: Mapping[str, str]
+        self,
+        request: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        response_id: str | None = None,
+        created_at: int | None = None,
     ) -> AsyncIterator[JsonObject]:
         """Start a streaming create.
 
         Raises before returning when the request is invalid or the upstream cannot start (so
         the client gets an HTTP error); afterwards every failure becomes an ``error`` event and
-        ``response.failed``.
+        ``response.failed``. ``response_id`` and ``created_at``: those a background response
+        was given when it was queued (``core.background``).
         """
-        response_id = new_id("resp")
-        created_at = int(self._clock())
+        response_id = response_id or new_id("resp")
+        created_at = int(self._clock()) if created_at is None else created_at
         history, upstream_body = await self._prepare(request)
         loop = await self._tool_loop(request, history, headers, response_id, stream=True)
         if loop is not None:
@@ -339,6 +347,10 @@ class ResponsesService:
                 root_id=history.root_id,
             )
         )
+
+    def echoed(self, body: JsonObject) -> JsonObject:
+        """The request as its response echoes it (and a background job stores it)."""
+        return self._echoed(body)
 
     def _echoed(self, body: JsonObject) -> JsonObject:
         """The request as its response echoes it: without the tool fields the toolkit calls
