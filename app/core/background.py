@@ -173,6 +173,7 @@ class BackgroundResponses:
         await self.jobs.add_job(job, first)
         run = self._new_run(response_id, queued, first=1)
         run.events.append(first)
+        run.logged_from = 0
         run.start(_streamed(request), headers)
         return run
 
@@ -227,7 +228,16 @@ class BackgroundResponses:
         last = after
         run = self._runs.get(response_id)
         if run is not None:
-            async for event in run.follow(after):
+            # What earlier runs logged (a run taken over starts after them): from the log.
+            while last < run.logged_from - 1:
+                earlier = await self.jobs.read_events(response_id, last, _READ_BATCH)
+                earlier = [e for e in earlier if e.sequence_number < run.logged_from]
+                if not earlier:
+                    break
+                for entry in earlier:
+                    yield entry.event
+                last = earlier[-1].sequence_number
+            async for event in run.follow(last):
                 yield event
                 last = int(event["sequence_number"])
                 if is_terminal(event):
@@ -264,8 +274,9 @@ class BackgroundResponses:
         if job is None:
             await self._service.get(response_id)  # unknown: 404
             raise InvalidRequestError(NOT_BACKGROUND_CANCEL, param="response_id")
-        if not job.active:
-            return await self.get(response_id)
+        stored = await self._service.store.get_response(response_id)
+        if not job.active or stored is not None:  # finished (stored, or finishing): unchanged
+            return stored.response if stored is not None else job.response
         run = self._runs.get(response_id)
         if run is not None:
             await run.stop()

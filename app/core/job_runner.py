@@ -68,6 +68,7 @@ class JobRun:
         self.snapshot = snapshot
         self._lifecycle = ResponseLifecycle(first)
         self.events: list[JsonObject] = []  # logged: what followers may see
+        self.logged_from = first  # the number of ``events[0]`` (earlier ones: in the log only)
         self._pending: list[JsonObject] = []
         self._changed = asyncio.Condition()
         self._flushing: asyncio.Task[None] | None = None
