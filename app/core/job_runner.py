@@ -97,6 +97,7 @@ class JobRun:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._flush_all()  # what it produced before it stopped is logged
 
     async def close_with(self, response: JsonObject) -> None:
         """After ``stop``: log the terminal event of a response that ended outside the run
