@@ -178,6 +178,10 @@ class MemoryJobs:
         log = self.events.get(response_id)
         return max(log) if log else None
 
+    async def delete_job(self, response_id: str) -> bool:
+        self.events.pop(response_id, None)
+        return self.jobs.pop(response_id, None) is not None
+
     async def purge_finished(self, finished_before: int) -> int:
         purged = 0
         for job in self.jobs.values():

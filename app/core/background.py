@@ -304,6 +304,22 @@ class BackgroundResponses:
             response_id, [LoggedEvent(int(e["sequence_number"]), e) for e in events]
         )
 
+    async def delete(self, response_id: str) -> JsonObject:
+        """``DELETE /v1/responses/{id}``: a background response's job and log go with it (a
+        run of this process is stopped first)."""
+        run = self._runs.get(response_id)
+        if run is not None:
+            await run.stop()
+        had_job = await self.jobs.delete_job(response_id)
+        if run is not None:
+            await run.release()
+        try:
+            return await self._service.delete(response_id)
+        except NotFoundError:
+            if not had_job:
+                raise
+            return {"id": response_id, "object": "response", "deleted": True}
+
     # ------------------------------------------------------------------ takeover, retention
 
     async def sweep(self) -> int:

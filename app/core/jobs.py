@@ -111,6 +111,10 @@ class JobStore(Protocol):
         """The highest logged sequence number (None: no event logged)."""
         ...
 
+    async def delete_job(self, response_id: str) -> bool:
+        """Delete a job record and its event log; False when there was none."""
+        ...
+
     async def purge_finished(self, finished_before: int) -> int:
         """Delete the event logs of jobs that finished before ``finished_before``; how many
         events went (the job records stay: they answer ``GET`` and ``cancel``)."""

@@ -191,6 +191,16 @@ class SqlJobs:
             )
         return None if number is None else int(number)
 
+    async def delete_job(self, response_id: str) -> bool:
+        async with self._db.write() as conn:
+            await conn.execute(
+                delete(background_events).where(background_events.c.response_id == response_id)
+            )
+            result = await conn.execute(
+                delete(background_jobs).where(background_jobs.c.response_id == response_id)
+            )
+        return bool(result.rowcount)
+
     async def purge_finished(self, finished_before: int) -> int:
         finished = select(background_jobs.c.response_id).where(
             background_jobs.c.finished_at < finished_before

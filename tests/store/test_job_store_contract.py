@@ -189,3 +189,18 @@ async def test_purge_drops_the_logs_of_jobs_finished_before_the_cutoff(store: St
     assert len(await store.read_events(recent.response_id, -1, 10)) == 2
     assert len(await store.read_events(running.response_id, -1, 10)) == 2
     assert await store.purge_finished(200) == 0
+
+
+async def test_delete_job(store: Store) -> None:
+    job, other = new_job(), new_job()
+    for each in (job, other):
+        await store.add_job(each, created(each))
+        await store.append_events(each.response_id, events(1))
+
+    assert await store.delete_job(job.response_id) is True
+
+    assert await store.get_job(job.response_id) is None
+    assert await store.read_events(job.response_id, -1, 10) == []
+    assert await store.delete_job(job.response_id) is False
+    assert await store.get_job(other.response_id) is not None
+    assert len(await store.read_events(other.response_id, -1, 10)) == 2

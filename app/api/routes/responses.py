@@ -96,7 +96,10 @@ def _sequence_number(value: str | None) -> int:
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> Response:
-    return json_reply(await gateway_state(request).service.delete(response_id))
+    state = gateway_state(request)
+    if state.background is not None:
+        return json_reply(await state.background.delete(response_id))
+    return json_reply(await state.service.delete(response_id))
 
 
 @router.get("/v1/responses/{response_id}/input_items")
