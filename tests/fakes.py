@@ -131,14 +131,21 @@ class MemoryJobs:
         return job is not None
 
     async def update_job(
-        self, response_id: str, owner: str, status: str, response: JsonObject, now: int
+        self,
+        response_id: str,
+        owner: str,
+        response: JsonObject,
+        now: int,
+        events: Sequence[LoggedEvent] = (),
     ) -> bool:
         job = self._active(response_id, owner)
         if job is not None:
+            status = str(response["status"])
             finished = now if status in FINAL_STATUSES else job.finished_at
             self.jobs[response_id] = dataclasses.replace(
                 job, status=status, response=copy.deepcopy(response), finished_at=finished
             )
+            await self.append_events(response_id, events)
         return job is not None
 
     async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:

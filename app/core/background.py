@@ -290,19 +290,17 @@ class BackgroundResponses:
         if run is not None:
             await run.close_with(cancelled)
         else:
-            await self._log_after_last(response_id, lambda lc: [lc.closing(cancelled)])
+            closing = await self._after_last(response_id, lambda lc: [lc.closing(cancelled)])
+            await self.jobs.append_events(response_id, closing)
         return cancelled
 
-    async def _log_after_last(
+    async def _after_last(
         self, response_id: str, build: Callable[[ResponseLifecycle], list[JsonObject]]
-    ) -> None:
-        """Log the events ``build`` makes, numbered after the last logged one."""
+    ) -> list[LoggedEvent]:
+        """The events ``build`` makes, numbered after the last logged one."""
         last = await self.jobs.last_sequence_number(response_id)
-        lifecycle = ResponseLifecycle(0 if last is None else last + 1)
-        events = build(lifecycle)
-        await self.jobs.append_events(
-            response_id, [LoggedEvent(int(e["sequence_number"]), e) for e in events]
-        )
+        events = build(ResponseLifecycle(0 if last is None else last + 1))
+        return [LoggedEvent(int(e["sequence_number"]), e) for e in events]
 
     async def delete(self, response_id: str) -> JsonObject:
         """``DELETE /v1/responses/{id}``: a background response's job and log go with it (a
@@ -344,10 +342,8 @@ class BackgroundResponses:
         stored = await self._service.store.get_response(response_id)
         if stored is not None:  # its run stored the response, then stopped
             final = stored.response
-            await self._log_after_last(response_id, lambda lc: [lc.closing(final)])
-            await self.jobs.update_job(
-                response_id, self.owner, str(final["status"]), final, int(self._clock())
-            )
+            closing = await self._after_last(response_id, lambda lc: [lc.closing(final)])
+            await self.jobs.update_job(response_id, self.owner, final, int(self._clock()), closing)
             return
         reason = await self._unsafe_to_restart(job)
         if reason is not None:
@@ -377,10 +373,8 @@ class BackgroundResponses:
         )
         error: JsonObject = {"code": "server_error", "message": message}
         failed: JsonObject = {**job.response, "status": "failed", "error": error}
-        await self._log_after_last(job.response_id, lambda lc: lc.failure(error, failed))
-        await self.jobs.update_job(
-            job.response_id, self.owner, "failed", failed, int(self._clock())
-        )
+        closing = await self._after_last(job.response_id, lambda lc: lc.failure(error, failed))
+        await self.jobs.update_job(job.response_id, self.owner, failed, int(self._clock()), closing)
 
 
 def _streamed(request: ParsedRequest) -> ParsedRequest:

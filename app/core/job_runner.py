@@ -11,9 +11,11 @@ a number that a process taking the job over could give again.
 
 While it runs, the task renews its lease every third of the lease time; a renewal that is
 refused (the job was cancelled, or another process took it over after a stall) stops the run.
-A run that ends writes its final status and response (``JobStore.update_job``, compare-and-set
-on the owner); if that is refused, the job is no longer this run's, and the response row the
-service may have stored is deleted again, so nothing is stored twice or half.
+The job's status changes go with the log writes (``JobStore.update_job``: the response and the
+events in one transaction, compare-and-set on the owner): ``in_progress`` with the first events,
+the final status and response with the last ones. If one is refused, the job is no longer this
+run's: the run stops, and the response row the service may have stored is deleted again, so
+nothing is stored twice or half.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class JobRun:
         self._flushing: asyncio.Task[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self._update: JsonObject | None = None  # the job's response, written with the next log
+        self._lost = False  # the job is no longer this run's (cancelled, taken over)
         self.on_done: Callable[[str], None] | None = None
         self.done = False
 
@@ -121,21 +125,15 @@ class JobRun:
         context = self._context
         renewing = asyncio.create_task(self._renew())
         try:
-            in_progress = {**self.snapshot, "status": "in_progress"}
-            if not await context.jobs.update_job(
-                self.response_id, context.owner, "in_progress", in_progress, self._now()
-            ):
-                return  # cancelled while queued, or no longer ours
-            self.snapshot = in_progress
+            # In progress from the first logged event on (the upstream accepted the request).
+            self.snapshot = self._update = {**self.snapshot, "status": "in_progress"}
             final = await self._produce(request, headers)
+            self._update = final
             await self._flush_all()
-            status = str(final.get("status"))
-            if await context.jobs.update_job(
-                self.response_id, context.owner, status, final, self._now()
-            ):
+            if self._lost:  # cancelled or taken over meanwhile: what the service stored is
+                await context.store.delete_response(self.response_id)  # not ours
+            else:
                 self.snapshot = final
-            else:  # cancelled or taken over meanwhile: what the service stored is not ours
-                await context.store.delete_response(self.response_id)
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug: the job's lease lapses and a sweep takes it over
@@ -196,15 +194,30 @@ class JobRun:
     # ------------------------------------------------------------------ the event log
 
     def _queue(self, event: JsonObject) -> None:
+        if self._lost:
+            return
         self._pending.append(event)
         if self._flushing is None or self._flushing.done():
             self._flushing = asyncio.create_task(self._flush())
 
     async def _flush(self) -> None:
-        while self._pending:
+        """Log what waits, in one write: with the job's new response when there is one
+        (``update_job``, refused when the job is no longer this run's: then the run stops)."""
+        context = self._context
+        while not self._lost and (self._pending or self._update is not None):
             batch, self._pending = self._pending, []
+            update, self._update = self._update, None
             logged = [LoggedEvent(int(e["sequence_number"]), e) for e in batch]
-            await self._context.jobs.append_events(self.response_id, logged)
+            if update is None:
+                await context.jobs.append_events(self.response_id, logged)
+            elif not await context.jobs.update_job(
+                self.response_id, context.owner, update, self._now(), logged
+            ):
+                self._lost = True
+                task = self._task
+                if task is not None and not task.done() and not self._stopping:
+                    task.cancel()
+                return
             async with self._changed:
                 self.events.extend(batch)
                 self._changed.notify_all()
@@ -212,7 +225,7 @@ class JobRun:
     async def _flush_all(self) -> None:
         while self._flushing is not None and not self._flushing.done():
             await self._flushing
-        if self._pending:
+        if self._pending or self._update is not None:
             await self._flush()
 
     async def follow(self, after: int) -> AsyncIterator[JsonObject]:

@@ -80,11 +80,16 @@ class JobStore(Protocol):
         ...
 
     async def update_job(
-        self, response_id: str, owner: str, status: str, response: JsonObject, now: int
+        self,
+        response_id: str,
+        owner: str,
+        response: JsonObject,
+        now: int,
+        events: Sequence[LoggedEvent] = (),
     ) -> bool:
-        """Set the status and response of ``owner``'s active job (a final status also sets
-        ``finished_at`` = ``now``); False, and nothing written, when it is not active or not
-        ``owner``'s."""
+        """Set the response (and its ``status``) of ``owner``'s active job, and log ``events``,
+        in one transaction (a final status also sets ``finished_at`` = ``now``); False, and
+        nothing written, when the job is not active or not ``owner``'s."""
         ...
 
     async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:

@@ -97,19 +97,29 @@ class SqlJobs:
         return await self._update_active(response_id, owner, {"lease_until": _ms(lease_until)})
 
     async def update_job(
-        self, response_id: str, owner: str, status: str, response: JsonObject, now: int
+        self,
+        response_id: str,
+        owner: str,
+        response: JsonObject,
+        now: int,
+        events: Sequence[LoggedEvent] = (),
     ) -> bool:
+        status = str(response["status"])
         values: dict[str, Any] = {"status": status, "response": response}
         if status in FINAL_STATUSES:
             values["finished_at"] = now
-        return await self._update_active(response_id, owner, values)
+        return await self._update_active(response_id, owner, values, events)
 
     async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
         values = {"status": "cancelled", "response": response, "finished_at": now}
         return await self._update_active(response_id, None, values)
 
     async def _update_active(
-        self, response_id: str, owner: str | None, values: dict[str, Any]
+        self,
+        response_id: str,
+        owner: str | None,
+        values: dict[str, Any],
+        events: Sequence[LoggedEvent] = (),
     ) -> bool:
         statement = update(background_jobs).where(
             background_jobs.c.response_id == response_id,
@@ -119,6 +129,8 @@ class SqlJobs:
             statement = statement.where(background_jobs.c.owner == owner)
         async with self._db.write() as conn:
             result = await conn.execute(statement.values(**values))
+            if result.rowcount and events:
+                await conn.execute(insert(background_events), _event_rows(response_id, events))
         return bool(result.rowcount)
 
     async def claim_lapsed(
@@ -161,12 +173,8 @@ class SqlJobs:
     async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
         if not events:
             return
-        rows = [
-            {"response_id": response_id, "sequence_number": e.sequence_number, "event": e.event}
-            for e in events
-        ]
         async with self._db.write() as conn:
-            await conn.execute(insert(background_events), rows)
+            await conn.execute(insert(background_events), _event_rows(response_id, events))
 
     async def read_events(self, response_id: str, after: int, limit: int) -> list[LoggedEvent]:
         async with self._db.read() as conn:
@@ -210,3 +218,10 @@ class SqlJobs:
                 delete(background_events).where(background_events.c.response_id.in_(finished))
             )
         return int(result.rowcount or 0)
+
+
+def _event_rows(response_id: str, events: Sequence[LoggedEvent]) -> list[dict[str, Any]]:
+    return [
+        {"response_id": response_id, "sequence_number": e.sequence_number, "event": e.event}
+        for e in events
+    ]

@@ -103,6 +103,12 @@ def test_a_job_whose_lease_lapses_is_taken_over_by_the_sweep(database_url: str) 
         assert final.status == "completed", final.error
         assert final.output_text == "taken over"
         assert final.background is True
+        # the job record follows the stored response (its run writes it right after)
+        deadline = time.monotonic() + 20
+        while (job := read_job(database_url, "resp_orphan")[0]) is not None and job.active:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
     job, logged = read_job(database_url, "resp_orphan")
     assert job is not None and job.status == "completed" and job.attempts == 2
     assert [e.event["type"] for e in logged][:2] == ["response.created", "response.in_progress"]

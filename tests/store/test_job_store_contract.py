@@ -78,21 +78,26 @@ async def test_only_the_owner_updates_an_active_job(store: Store) -> None:
     await store.add_job(job, created(job))
     running = {**job.response, "status": "in_progress"}
 
-    assert not await store.update_job(job.response_id, "b", "in_progress", running, 1)
-    assert await store.update_job(job.response_id, "a", "in_progress", running, 1)
+    assert not await store.update_job(job.response_id, "b", running, 1)
+    assert await store.update_job(job.response_id, "a", running, 1)
     got = await store.get_job(job.response_id)
     assert got is not None and got.status == "in_progress" and got.response == running
     assert got.finished_at is None and got.active
 
     done = {**job.response, "status": "completed"}
-    assert await store.update_job(job.response_id, "a", "completed", done, 7)
+    assert await store.update_job(job.response_id, "a", done, 7, events(1, 2))
     got = await store.get_job(job.response_id)
     assert got is not None and got.status == "completed" and got.finished_at == 7
+    # the events of an update are logged with it, and only when it is accepted
+    assert await store.read_events(job.response_id, 0, 10) == events(1, 2)
     # final: nobody writes it again, nor renews it, nor cancels it
-    assert not await store.update_job(job.response_id, "a", "failed", done, 8)
+    assert not await store.update_job(
+        job.response_id, "a", {**done, "status": "failed"}, 8, events(3)
+    )
     assert not await store.renew_lease(job.response_id, "a", NOW + 60)
     assert not await store.cancel_job(job.response_id, done, 9)
     assert (await store.get_job(job.response_id)) == got
+    assert await store.last_sequence_number(job.response_id) == 2
 
 
 async def test_renew_lease(store: Store) -> None:
@@ -117,7 +122,7 @@ async def test_cancel_an_active_job_whoever_owns_it(store: Store) -> None:
     assert got.finished_at == 5
     # the owner's later writes are refused: a cancelled job is not revived
     assert not await store.renew_lease(job.response_id, "elsewhere", NOW + 60)
-    assert not await store.update_job(job.response_id, "elsewhere", "completed", {}, 6)
+    assert not await store.update_job(job.response_id, "elsewhere", {"status": "completed"}, 6)
     assert not await store.cancel_job(job.response_id, cancelled, 7)
     assert not await store.cancel_job("resp_unknown", cancelled, 7)
 
@@ -128,7 +133,7 @@ async def test_claim_lapsed_takes_only_active_jobs_whose_lease_ended(store: Stor
     finished = new_job("dead", lease_until=NOW - 1)
     for job in (lapsed, alive, finished):
         await store.add_job(job, created(job))
-    await store.update_job(finished.response_id, "dead", "completed", finished.response, 1)
+    await store.update_job(finished.response_id, "dead", {"status": "completed"}, 1)
 
     [claimed] = await store.claim_lapsed("me", NOW, NOW + 30, 10)
 
@@ -178,8 +183,8 @@ async def test_purge_drops_the_logs_of_jobs_finished_before_the_cutoff(store: St
     for job in (old, recent, running):
         await store.add_job(job, created(job))
         await store.append_events(job.response_id, events(1))
-    await store.update_job(old.response_id, "a", "completed", old.response, 100)
-    await store.update_job(recent.response_id, "a", "completed", recent.response, 300)
+    await store.update_job(old.response_id, "a", {"status": "completed"}, 100)
+    await store.update_job(recent.response_id, "a", {"status": "completed"}, 300)
 
     assert await store.purge_finished(200) == 2
 
