@@ -23,6 +23,7 @@ from sqlalchemy import delete, insert, select, update
 
 from app.core.jobs import ACTIVE_STATUSES, FINAL_STATUSES, BackgroundJob, LoggedEvent
 from app.protocol.json_types import JsonObject
+from app.store.engine import json_loads
 from app.store.sql_database import SqlDatabase
 from app.store.tables import background_events, background_jobs
 
@@ -86,12 +87,13 @@ class SqlJobs:
             await conn.execute(insert(background_events), event)
 
     async def get_job(self, response_id: str) -> BackgroundJob | None:
-        async with self._db.read() as conn:
-            rows = await conn.execute(
-                select(*_JOB_COLUMNS).where(background_jobs.c.response_id == response_id)
-            )
-            row = rows.first()
-        return None if row is None else _job(row)
+        """A fast read (``SqlDatabase.fetch``: the poll of a background response)."""
+        rows = await self._db.fetch("get_job", response_id=response_id)
+        if not rows:
+            return None
+        row = list(rows[0])
+        row[2], row[3] = json_loads(row[2]), json_loads(row[3])
+        return _job(row)
 
     async def renew_lease(self, response_id: str, owner: str, lease_until: float) -> bool:
         return await self._update_active(response_id, owner, {"lease_until": _ms(lease_until)})
