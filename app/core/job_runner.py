@@ -88,11 +88,6 @@ class JobRun:
             self._run(request, headers), name=f"background {self.response_id}"
         )
 
-    async def wait(self) -> None:
-        if self._task is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._task)
-
     async def stop(self) -> None:
         """Cancel the work (the upstream request and running tool calls) and wait for it."""
         self._stopping = True
