@@ -28,9 +28,11 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.compact import Compactor
 from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
+from app.core.jobs import JobStore
 from app.core.loop import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
@@ -304,6 +306,22 @@ def loop_limits(settings: Settings) -> LoopLimits:
     )
 
 
+async def start_background(
+    settings: Settings, service: ResponsesService, store: ResponseStore
+) -> BackgroundResponses | None:
+    """Background responses on the store's job records (None when the store keeps none), after
+    taking over the jobs whose process stopped."""
+    if not isinstance(store, JobStore):
+        return None
+    options = BackgroundOptions(
+        lease_seconds=settings.background_lease_seconds,
+        event_retention_seconds=settings.background_event_retention_minutes * 60,
+    )
+    background = BackgroundResponses(service, store, options)
+    await background.start()
+    return background
+
+
 def create_app(
     settings: Settings,
     upstream: Upstream | None = None,
@@ -345,6 +363,9 @@ def create_app(
                 tool_events=events,
             )
             service.compactor = Compactor(active, active_store, compaction_codec(settings))
+            background = await start_background(settings, service, active_store)
+            if background is not None:
+                stack.push_async_callback(background.aclose)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,
@@ -352,6 +373,7 @@ def create_app(
                 service=service,
                 files=files_service,
                 vector_stores=vector_stores_service,
+                background=background,
             )
             yield
 

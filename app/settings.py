@@ -134,6 +134,13 @@ class Settings(BaseSettings):
     # Default: None, meaning upstream_read_timeout.
     tool_round_timeout: float | None = Field(default=None, gt=0)
 
+    # Background responses (``background: true``, app.core.background): the lease of the
+    # process running a job (renewed every third of it; a job whose lease lapsed is taken over
+    # by any gateway on the same database), and how long the stream events of a finished
+    # background response are kept for ``GET /v1/responses/{id}?stream=true``.
+    background_lease_seconds: float = Field(default=30.0, gt=0)
+    background_event_retention_minutes: float = Field(default=10.0, gt=0)
+
     # A hosted tool the gateway cannot run (no provider for its type, e.g. code_interpreter, or
     # web_search without web_search_provider): "drop" leaves it out of what the model sees,
     # "reject" answers 400, "forward" sends it upstream unchanged (an upstream that runs it).

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from app.core.ids import new_id
+from app.core.jobs import FINAL_STATUSES, BackgroundJob, LoggedEvent
 from app.core.ports import (
     NewResponse,
     Page,
@@ -100,13 +102,109 @@ class MemoryToolSessions:
         self.tool_sessions.pop(session_id, None)
 
 
-class MemoryResponseStore(MemoryToolSessions):
+class MemoryJobs:
+    """An in-memory ``JobStore`` (``app.core.jobs``) with the SQL store's semantics (held to
+    them by tests/store/test_job_store_contract.py); what it returns are copies."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, BackgroundJob] = {}
+        self.events: dict[str, dict[int, JsonObject]] = {}
+
+    async def add_job(self, job: BackgroundJob, first_event: JsonObject) -> None:
+        assert job.response_id not in self.jobs, "a job id is new"
+        self.jobs[job.response_id] = copy.deepcopy(job)
+        self.events[job.response_id] = {0: copy.deepcopy(first_event)}
+
+    async def get_job(self, response_id: str) -> BackgroundJob | None:
+        return copy.deepcopy(self.jobs.get(response_id))
+
+    def _active(self, response_id: str, owner: str | None) -> BackgroundJob | None:
+        job = self.jobs.get(response_id)
+        if job is None or not job.active or (owner is not None and job.owner != owner):
+            return None
+        return job
+
+    async def renew_lease(self, response_id: str, owner: str, lease_until: float) -> bool:
+        job = self._active(response_id, owner)
+        if job is not None:
+            self.jobs[response_id] = dataclasses.replace(job, lease_until=lease_until)
+        return job is not None
+
+    async def update_job(
+        self,
+        response_id: str,
+        owner: str,
+        response: JsonObject,
+        now: int,
+        events: Sequence[LoggedEvent] = (),
+    ) -> bool:
+        job = self._active(response_id, owner)
+        if job is not None:
+            status = str(response["status"])
+            finished = now if status in FINAL_STATUSES else job.finished_at
+            self.jobs[response_id] = dataclasses.replace(
+                job, status=status, response=copy.deepcopy(response), finished_at=finished
+            )
+            await self.append_events(response_id, events)
+        return job is not None
+
+    async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
+        job = self._active(response_id, None)
+        if job is not None:
+            self.jobs[response_id] = dataclasses.replace(
+                job, status="cancelled", response=copy.deepcopy(response), finished_at=now
+            )
+        return job is not None
+
+    async def claim_lapsed(
+        self, owner: str, now: float, lease_until: float, limit: int
+    ) -> list[BackgroundJob]:
+        lapsed = [j for j in self.jobs.values() if j.active and j.lease_until < now]
+        claimed = []
+        for job in sorted(lapsed, key=lambda j: j.created_at)[:limit]:
+            job = dataclasses.replace(
+                job, owner=owner, lease_until=lease_until, attempts=job.attempts + 1
+            )
+            self.jobs[job.response_id] = job
+            claimed.append(copy.deepcopy(job))
+        return claimed
+
+    async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
+        log = self.events.setdefault(response_id, {})
+        for logged in events:
+            assert logged.sequence_number not in log, "a sequence number is logged once"
+        for logged in events:
+            log[logged.sequence_number] = copy.deepcopy(logged.event)
+
+    async def read_events(self, response_id: str, after: int, limit: int) -> list[LoggedEvent]:
+        log = self.events.get(response_id, {})
+        numbers = sorted(n for n in log if n > after)[:limit]
+        return [LoggedEvent(n, copy.deepcopy(log[n])) for n in numbers]
+
+    async def last_sequence_number(self, response_id: str) -> int | None:
+        log = self.events.get(response_id)
+        return max(log) if log else None
+
+    async def delete_job(self, response_id: str) -> bool:
+        self.events.pop(response_id, None)
+        return self.jobs.pop(response_id, None) is not None
+
+    async def purge_finished(self, finished_before: int) -> int:
+        purged = 0
+        for job in self.jobs.values():
+            if job.finished_at is not None and job.finished_at < finished_before:
+                purged += len(self.events.pop(job.response_id, {}))
+        return purged
+
+
+class MemoryResponseStore(MemoryToolSessions, MemoryJobs):
     """An in-memory ResponseStore with the SQL store's semantics, for core unit tests (held to
     them by the contract suite, tests/store/test_store_contract_*.py); also a
     ``ToolSessionStore`` (tests/store/test_tool_session_store_contract.py)."""
 
     def __init__(self) -> None:
-        super().__init__()
+        MemoryToolSessions.__init__(self)
+        MemoryJobs.__init__(self)
         self.items: dict[str, JsonObject] = {}
         self.responses: dict[str, StoredResponse] = {}
         self.conversations: dict[str, StoredConversation] = {}
@@ -377,7 +475,6 @@ class ScriptedUpstream(FakeUpstream):
 # ---------------------------------------------------------------- files and vector stores
 # Imported here so that this appended section stands alone.
 
-import dataclasses  # noqa: E402
 import hashlib  # noqa: E402
 import math  # noqa: E402
 import re  # noqa: E402

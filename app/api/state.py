@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from starlette.requests import HTTPConnection
 
+from app.core.background import BackgroundResponses
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
 from app.files.files import FilesService
@@ -21,6 +22,7 @@ class GatewayState:
     service: ResponsesService
     files: FilesService
     vector_stores: VectorStoresService
+    background: BackgroundResponses | None = None
 
 
 def gateway_state(request: HTTPConnection) -> GatewayState:

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
-from app.core.compact import Compactor, UpstreamView, compaction_prelude, prelude_events
+from app.core.compact import Compactor, UpstreamView, compaction_prelude
 from app.core.compaction import CompactionCodec, has_compaction
 from app.core.context_window import ContextWindow, fit_history
 from app.core.history import History, rehydrate
@@ -28,7 +28,6 @@ from app.core.ports import (
     TokenCount,
     TokenCounter,
     Upstream,
-    UpstreamEventStream,
 )
 from app.core.response import (
     ResponseOutcome,
@@ -37,13 +36,13 @@ from app.core.response import (
     normalize_usage,
     without_secrets,
 )
+from app.core.single_round import SingleRound
 from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
-from app.core.tools import PreludeItem, ToolContext, ToolKit
-from app.errors import GatewayError, NotFoundError, UpstreamProtocolError
+from app.core.tools import ToolContext, ToolKit
+from app.errors import GatewayError, NotFoundError
 from app.protocol.compaction import CompactRequest
-from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import SIMULATE_FIELD, ParsedRequest
 
@@ -51,51 +50,11 @@ logger = logging.getLogger(__name__)
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
-_STATE_FIELDS = ("previous_response_id", "conversation", SIMULATE_FIELD)
+# Fields the gateway answers itself, never forwarded (``background``: core.background runs it).
+_STATE_FIELDS = ("previous_response_id", "conversation", SIMULATE_FIELD, "background")
+_STATE_FIELDS_SET = frozenset((SIMULATE_FIELD, "background"))
 # Fields the tool loop answers itself instead of forwarding.
 _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
-
-
-class _SingleRound:
-    """The plain path: one upstream stream folded by one accumulator (no gateway tools)."""
-
-    __slots__ = ("_accumulator", "_prelude", "_upstream_events", "shown")
-
-    def __init__(
-        self, upstream_events: UpstreamEventStream, prelude: list[PreludeItem] | None = None
-    ) -> None:
-        # Items the gateway produced before the round (a compaction) open the output; ``shown``
-        # are those the client has seen (the accumulator holds the round's items after them).
-        self._prelude = prelude or []
-        self.shown: list[JsonObject] = []
-        self._upstream_events = upstream_events
-        self._accumulator = ResponseAccumulator(output_offset=len(self._prelude))
-
-    @property
-    def accumulator(self) -> ResponseAccumulator:
-        return self._accumulator
-
-    async def events(self) -> AsyncIterator[StreamEvent]:
-        accumulator = self._accumulator
-        # Shown once the stream is open, as the tool loop shows its prelude.
-        self.shown = [entry.item for entry in self._prelude]
-        for event in prelude_events(self._prelude):
-            yield event
-        async for upstream_event in self._upstream_events:
-            for event in accumulator.feed(upstream_event):
-                yield event
-            if accumulator.finished:
-                break
-        if not accumulator.finished:
-            raise UpstreamProtocolError(
-                "the upstream stream ended before the response was complete"
-            )
-
-    def finish(self, status: str) -> list[StreamEvent]:
-        return self._accumulator.finish(status)
-
-    async def aclose(self) -> None:
-        await self._upstream_events.aclose()
 
 
 class ResponsesService:
@@ -143,7 +102,7 @@ class ResponsesService:
         view = await self.compactor.view(body, seen, headers)
         referenced = len(history.new_input_items) != len(history.input_items)
         plain = seen is history and not history.stateful and not referenced and not compacted
-        if plain and SIMULATE_FIELD not in body and "context_management" not in body:
+        if plain and not _STATE_FIELDS_SET.intersection(body) and "context_management" not in body:
             return history, body, view
         upstream_body = {
             k: v for k, v in self.compactor.forwarded(body).items() if k not in _STATE_FIELDS
@@ -278,16 +237,22 @@ class ResponsesService:
         return response
 
     async def open_stream(
-        self, request: ParsedRequest, headers: Mapping[str, str]
+        self,
+        request: ParsedRequest,
+        headers: Mapping[str, str],
+        *,
+        response_id: str | None = None,
+        created_at: int | None = None,
     ) -> AsyncIterator[JsonObject]:
         """Start a streaming create.
 
         Raises before returning when the request is invalid or the upstream cannot start (so
         the client gets an HTTP error); afterwards every failure becomes an ``error`` event and
-        ``response.failed``.
+        ``response.failed``. ``response_id`` and ``created_at``: those a background response
+        was given when it was queued (``core.background``).
         """
-        response_id = new_id("resp")
-        created_at = int(self._clock())
+        response_id = response_id or new_id("resp")
+        created_at = int(self._clock()) if created_at is None else created_at
         history, upstream_body, view = await self._prepare(request, headers)
         loop = await self._tool_loop(request, history, view, headers, response_id, stream=True)
         if loop is not None:
@@ -298,14 +263,14 @@ class ResponsesService:
                 raise
             return self._stream(request, history, loop, loop, response_id, created_at)
         upstream_events = await self.upstream.stream_response(upstream_body, headers)
-        single = _SingleRound(upstream_events, [compaction_prelude(i) for i in view.output])
+        single = SingleRound(upstream_events, [compaction_prelude(i) for i in view.output])
         return self._stream(request, history, single, single.accumulator, response_id, created_at)
 
     async def _stream(
         self,
         request: ParsedRequest,
         history: History,
-        source: _SingleRound | ToolLoop,
+        source: SingleRound | ToolLoop,
         state: ResponseAccumulator | ToolLoop,
         response_id: str,
         created_at: int,
@@ -317,7 +282,7 @@ class ResponsesService:
 
         def snapshot(status: str, **fields: Any) -> JsonObject:
             output = state.output
-            if isinstance(source, _SingleRound) and source.shown:
+            if isinstance(source, SingleRound) and source.shown:
                 output = [*source.shown, *output]
             outcome = ResponseOutcome(
                 status=status, output=output, upstream=state.upstream_response, **fields
@@ -394,6 +359,10 @@ class ResponsesService:
                 root_id=history.root_id,
             )
         )
+
+    def echoed(self, body: JsonObject) -> JsonObject:
+        """The request as its response echoes it (and a background job stores it)."""
+        return self._echoed(body)
 
     def _echoed(self, body: JsonObject) -> JsonObject:
         """The request as its response echoes it: without the tool fields the toolkit calls

@@ -24,9 +24,16 @@ class ResponseLifecycle:
 
     __slots__ = ("_next", "closed")
 
-    def __init__(self) -> None:
-        self._next = 0
+    def __init__(self, first: int = 0) -> None:
+        """``first``: the number of the first event (a background response's stream continues
+        the numbers of its event log)."""
+        self._next = first
         self.closed = False
+
+    @property
+    def next_number(self) -> int:
+        """The number the next event gets."""
+        return self._next
 
     def stamp(self, event: StreamEvent) -> JsonObject:
         """The event numbered: from here on it is a JSON object on its way to the client."""

@@ -38,7 +38,14 @@ from sqlalchemy.sql.compiler import Compiled, SQLCompiler
 
 from app.protocol.json_types import JsonObject
 from app.store.engine import json_loads
-from app.store.tables import conversation_items, conversations, items, responses, tool_sessions
+from app.store.tables import (
+    background_jobs,
+    conversation_items,
+    conversations,
+    items,
+    responses,
+    tool_sessions,
+)
 
 # Decoding more JSON text than this at once pauses the cyclic GC (``decode_objects``).
 GC_PAUSE_MIN_CHARS = 64 * 1024
@@ -72,6 +79,8 @@ class Queries:
     """``:conversation_id``, ``:item_id`` -> the payload text, if the item is in it."""
     get_tool_session: Select[Any]
     """``:session_id`` -> the tool engine session's state (JSON text)."""
+    get_job: Select[Any]
+    """``:response_id`` -> the background job's columns (JSON columns as text)."""
 
 
 def build_queries(dialect: str) -> Queries:
@@ -139,6 +148,18 @@ def build_queries(dialect: str) -> Queries:
         get_tool_session=select(_as_text(dialect, tool_sessions.c.state)).where(
             tool_sessions.c.session_id == bindparam("session_id", type_=String)
         ),
+        get_job=select(
+            background_jobs.c.response_id,
+            background_jobs.c.status,
+            _as_text(dialect, background_jobs.c.request),
+            _as_text(dialect, background_jobs.c.response),
+            background_jobs.c.resumable,
+            background_jobs.c.owner,
+            background_jobs.c.lease_until,
+            background_jobs.c.attempts,
+            background_jobs.c.created_at,
+            background_jobs.c.finished_at,
+        ).where(background_jobs.c.response_id == bindparam("response_id", type_=String)),
     )
 
 

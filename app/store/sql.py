@@ -18,6 +18,8 @@ It is made of four parts, one module each:
 - ``sql_tool_sessions.SqlToolSessions``: tool engine session states by session id
   (``app.core.engines.ToolSessionStore``, so the gateway's engines persist their sessions in
   the store it already has); deleting a conversation deletes its session.
+- ``sql_jobs.SqlJobs``: background jobs (leases) and their streams' event logs
+  (``app.core.jobs.JobStore``).
 
 Errors (``app.core.store_errors``): ``save_response`` raises ``ConversationNotFoundError`` when
 its conversation is gone (nothing is written); ``append_conversation_items`` raises
@@ -32,13 +34,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.store.sql_conversations import SqlConversations
 from app.store.sql_database import SqlDatabase
+from app.store.sql_jobs import SqlJobs
 from app.store.sql_responses import SqlResponses
 from app.store.sql_tool_sessions import SqlToolSessions
 
 
-class SqlResponseStore(SqlResponses, SqlConversations, SqlToolSessions):
+class SqlResponseStore(SqlResponses, SqlConversations, SqlToolSessions, SqlJobs):
     """The response store on an ``AsyncEngine`` from ``app.store.engine.create_engine_for``;
-    also a ``ToolSessionStore``."""
+    also a ``ToolSessionStore`` and a ``JobStore``."""
 
     def __init__(self, engine: AsyncEngine, *, inline_reads: bool = True) -> None:
         """``inline_reads``: on a SQLite file, run the small single-statement reads on a
@@ -47,6 +50,7 @@ class SqlResponseStore(SqlResponses, SqlConversations, SqlToolSessions):
         SqlResponses.__init__(self, self.db)
         SqlConversations.__init__(self, self.db)
         SqlToolSessions.__init__(self, self.db)
+        SqlJobs.__init__(self, self.db)
 
     async def aclose(self) -> None:
         await self.close_saves()

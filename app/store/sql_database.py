@@ -78,6 +78,7 @@ class SqlDatabase:
                 "conversation_items",
                 "conversation_item",
                 "get_tool_session",
+                "get_job",
             )
         }
         path = inline_database_path(engine.url) if is_sqlite and inline_reads else None

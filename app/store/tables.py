@@ -21,6 +21,7 @@ from sqlalchemy import (
     DDL,
     JSON,
     BigInteger,
+    Boolean,
     Column,
     ForeignKey,
     Index,
@@ -118,6 +119,37 @@ tool_sessions = Table(
     Column("state", JSON, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
+)
+
+# Background responses (``app.core.jobs``): one job record per ``background: true`` response,
+# with the lease of the process that runs it (``lease_until`` in milliseconds since the epoch),
+# and the response's stream as an event log by sequence number. Not foreign keys: a job outlives
+# a deleted response row (it answers ``GET`` for failed and cancelled responses, which have
+# none), and event logs are purged on their own (``purge_finished``).
+background_jobs = Table(
+    "background_jobs",
+    metadata,
+    Column("response_id", ID, primary_key=True),
+    Column("status", String(32), nullable=False),
+    Column("request", JSON, nullable=False),
+    Column("response", JSON, nullable=False),
+    Column("resumable", Boolean, nullable=False),
+    Column("owner", String(128), nullable=True),
+    Column("lease_until", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("finished_at", BigInteger, nullable=True),
+)
+
+Index(None, background_jobs.c.status, background_jobs.c.lease_until)
+Index(None, background_jobs.c.finished_at)
+
+background_events = Table(
+    "background_events",
+    metadata,
+    Column("response_id", ID, primary_key=True),
+    Column("sequence_number", Integer, primary_key=True),
+    Column("event", JSON, nullable=False),
 )
 
 

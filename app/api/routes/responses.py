@@ -14,6 +14,8 @@ from app.api.pagination import page_params
 from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
+from app.core.background import NOT_BACKGROUND_CANCEL, NOT_BACKGROUND_STREAM
+from app.errors import InvalidRequestError
 from app.protocol.compaction import CompactRequest
 from app.protocol.metadata import check_metadata
 from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_create_request
@@ -39,6 +41,11 @@ async def create_response(request: Request) -> Response:
     check_metadata(body.get("metadata"), "metadata")
     headers = client_headers(request)
     create = ParsedRequest(parsed, body)
+    background = state.background
+    if parsed.background and background is not None:
+        if parsed.stream:
+            return event_stream_response(await background.open_stream(create, headers))
+        return json_reply(await background.create(create, headers))
     if parsed.stream:
         events = await state.service.open_stream(create, headers)
         return event_stream_response(events)
@@ -77,12 +84,53 @@ async def count_input_tokens(request: Request) -> Response:
 
 @router.get("/v1/responses/{response_id}")
 async def get_response(request: Request, response_id: str) -> Response:
-    return json_reply(await gateway_state(request).service.get(response_id))
+    """The Response; with ``stream=true`` a background response's events after
+    ``starting_after`` (``core.background``)."""
+    state = gateway_state(request)
+    background = state.background
+    if _flag(request.query_params.get("stream")):
+        after = _sequence_number(request.query_params.get("starting_after"))
+        if background is None:
+            await state.service.get(response_id)
+            raise InvalidRequestError(NOT_BACKGROUND_STREAM, param="stream")
+        return event_stream_response(await background.stream(response_id, after))
+    if background is not None:
+        return json_reply(await background.get(response_id))
+    return json_reply(await state.service.get(response_id))
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(request: Request, response_id: str) -> Response:
+    state = gateway_state(request)
+    if state.background is None:
+        await state.service.get(response_id)
+        raise InvalidRequestError(NOT_BACKGROUND_CANCEL, param="response_id")
+    return json_reply(await state.background.cancel(response_id))
+
+
+def _flag(value: str | None) -> bool:
+    return value is not None and value.lower() in ("true", "1")
+
+
+def _sequence_number(value: str | None) -> int:
+    """``starting_after``: events numbered above it (-1, the default: from the first)."""
+    if value is None:
+        return -1
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidRequestError(
+            f"Invalid 'starting_after': expected an integer, got {value!r}.",
+            param="starting_after",
+        ) from None
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> Response:
-    return json_reply(await gateway_state(request).service.delete(response_id))
+    state = gateway_state(request)
+    if state.background is not None:
+        return json_reply(await state.background.delete(response_id))
+    return json_reply(await state.service.delete(response_id))
 
 
 @router.get("/v1/responses/{response_id}/input_items")

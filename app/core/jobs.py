@@ -1,0 +1,126 @@
+"""The background-job port: the durable record of each ``background: true`` response and its
+stream's event log (``JobStore``), which ``core.background`` runs on.
+
+A job record holds the request to run (as the response echoes it: without the tool fields the
+toolkit calls secret, so it is never more than what the gateway stores anyway), the response as
+it stands (``queued`` → ``in_progress`` → a terminal status), and the lease of the process that
+runs it: ``owner`` and ``lease_until``. Every write that only the owner may make names the owner
+and is refused (``False``) when the job is no longer its own: a process that lost its lease (it
+stalled, and another took the job over) cannot overwrite the new owner's work, and a cancelled
+job cannot be revived.
+
+The event log keeps each event of the response's stream under its ``sequence_number`` (never
+reused), so that ``GET /v1/responses/{id}?stream=true&starting_after=N`` can replay them from any
+process; events of jobs that finished before a retention cut-off are purged.
+
+Adapters: ``app.store.sql_jobs`` (SQLite, PostgreSQL, through ``SqlResponseStore``) and
+``tests.fakes.MemoryJobs``; tests/store/test_job_store_contract.py holds them to one behaviour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from app.protocol.json_types import JsonObject
+
+# The statuses of a job that is still to run or running; any other status is final.
+ACTIVE_STATUSES = frozenset({"queued", "in_progress"})
+FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
+
+
+@dataclass(frozen=True, slots=True)
+class BackgroundJob:
+    """One background response's job record.
+
+    ``request``: the create body to run (secret tool fields removed); ``resumable``: whether
+    ``request`` is the whole of what the client sent (False when secrets were removed: such a
+    job cannot be restarted by another process). ``response``: the Response object as it
+    stands. ``attempts``: how many times a process claimed it (1 for the first run).
+    ``finished_at``: when it reached a final status (retention of its events), else None.
+    """
+
+    response_id: str
+    status: str
+    request: JsonObject
+    response: JsonObject
+    resumable: bool
+    owner: str | None
+    lease_until: float
+    attempts: int
+    created_at: int
+    finished_at: int | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """One event of a background response's stream, as logged."""
+
+    sequence_number: int
+    event: JsonObject
+
+
+@runtime_checkable
+class JobStore(Protocol):
+    """Background jobs and their event logs (see the module docstring)."""
+
+    async def add_job(self, job: BackgroundJob, first_event: JsonObject) -> None:
+        """Record a new job (owned by ``job.owner``) and its stream's first event (number 0)."""
+        ...
+
+    async def get_job(self, response_id: str) -> BackgroundJob | None: ...
+
+    async def renew_lease(self, response_id: str, owner: str, lease_until: float) -> bool:
+        """Extend ``owner``'s lease; False when the job is not active or not ``owner``'s."""
+        ...
+
+    async def update_job(
+        self,
+        response_id: str,
+        owner: str,
+        response: JsonObject,
+        now: int,
+        events: Sequence[LoggedEvent] = (),
+    ) -> bool:
+        """Set the response (and its ``status``) of ``owner``'s active job, and log ``events``,
+        in one transaction (a final status also sets ``finished_at`` = ``now``); False, and
+        nothing written, when the job is not active or not ``owner``'s."""
+        ...
+
+    async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
+        """Mark an active job ``cancelled`` with ``response``, whoever owns it; False when it
+        is unknown or already final (nothing written)."""
+        ...
+
+    async def claim_lapsed(
+        self, owner: str, now: float, lease_until: float, limit: int
+    ) -> list[BackgroundJob]:
+        """Take over up to ``limit`` active jobs whose lease ended before ``now``: each one
+        claimed by one caller only (its ``attempts`` counted up), returned as claimed."""
+        ...
+
+    async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
+        """Add events to the log (their sequence numbers are new for this response)."""
+        ...
+
+    async def read_events(self, response_id: str, after: int, limit: int) -> list[LoggedEvent]:
+        """Up to ``limit`` logged events numbered above ``after``, in order."""
+        ...
+
+    async def last_sequence_number(self, response_id: str) -> int | None:
+        """The highest logged sequence number (None: no event logged)."""
+        ...
+
+    async def delete_job(self, response_id: str) -> bool:
+        """Delete a job record and its event log; False when there was none."""
+        ...
+
+    async def purge_finished(self, finished_before: int) -> int:
+        """Delete the event logs of jobs that finished before ``finished_before``; how many
+        events went (the job records stay: they answer ``GET`` and ``cancel``)."""
+        ...

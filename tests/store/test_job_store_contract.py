@@ -1,0 +1,211 @@
+"""The ``JobStore`` contract (``app.core.jobs``): background job records, their leases and their
+event logs. Every test runs on every implementation (conftest's ``any_backend``: the tests'
+in-memory store, SQLite with and without inline reads, PostgreSQL), through the response store
+the gateway already has (``SqlResponseStore`` is also the job store)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+import pytest
+
+from app.core.ids import new_id
+from app.core.jobs import BackgroundJob, JobStore, LoggedEvent
+from app.core.ports import ResponseStore
+from app.protocol.json_types import JsonObject
+from tests.store.conftest import Backend, MemoryBackend
+
+NOW = 1_750_000_000.0
+
+
+class Store(ResponseStore, JobStore, Protocol):
+    """A response store that keeps background jobs too."""
+
+
+@pytest.fixture
+def store(any_backend: Backend | MemoryBackend) -> Store:
+    return any_backend.new_store()
+
+
+def queued(response_id: str) -> JsonObject:
+    return {"id": response_id, "object": "response", "status": "queued", "output": []}
+
+
+def new_job(owner: str = "a", *, lease_until: float = NOW + 30, **extra: object) -> BackgroundJob:
+    response_id = new_id("resp")
+    fields: dict[str, object] = {
+        "response_id": response_id,
+        "status": "queued",
+        "request": {"model": "m", "input": "hi ✓", "background": True},
+        "response": queued(response_id),
+        "resumable": True,
+        "owner": owner,
+        "lease_until": lease_until,
+        "attempts": 1,
+        "created_at": int(NOW),
+        **extra,
+    }
+    return BackgroundJob(**fields)  # type: ignore[arg-type]
+
+
+def created(job: BackgroundJob) -> JsonObject:
+    return {"type": "response.created", "sequence_number": 0, "response": job.response}
+
+
+def events(*numbers: int) -> list[LoggedEvent]:
+    return [
+        LoggedEvent(
+            n, {"type": "response.output_text.delta", "sequence_number": n, "delta": f"d{n} é"}
+        )
+        for n in numbers
+    ]
+
+
+async def test_add_then_get(store: Store) -> None:
+    job = new_job()
+    await store.add_job(job, created(job))
+
+    assert await store.get_job(job.response_id) == job
+    assert await store.get_job("resp_unknown") is None
+    assert await store.read_events(job.response_id, -1, 10) == [LoggedEvent(0, created(job))]
+    assert await store.last_sequence_number(job.response_id) == 0
+    assert await store.last_sequence_number("resp_unknown") is None
+
+
+async def test_only_the_owner_updates_an_active_job(store: Store) -> None:
+    job = new_job("a")
+    await store.add_job(job, created(job))
+    running = {**job.response, "status": "in_progress"}
+
+    assert not await store.update_job(job.response_id, "b", running, 1)
+    assert await store.update_job(job.response_id, "a", running, 1)
+    got = await store.get_job(job.response_id)
+    assert got is not None and got.status == "in_progress" and got.response == running
+    assert got.finished_at is None and got.active
+
+    done = {**job.response, "status": "completed"}
+    assert await store.update_job(job.response_id, "a", done, 7, events(1, 2))
+    got = await store.get_job(job.response_id)
+    assert got is not None and got.status == "completed" and got.finished_at == 7
+    # the events of an update are logged with it, and only when it is accepted
+    assert await store.read_events(job.response_id, 0, 10) == events(1, 2)
+    # final: nobody writes it again, nor renews it, nor cancels it
+    assert not await store.update_job(
+        job.response_id, "a", {**done, "status": "failed"}, 8, events(3)
+    )
+    assert not await store.renew_lease(job.response_id, "a", NOW + 60)
+    assert not await store.cancel_job(job.response_id, done, 9)
+    assert (await store.get_job(job.response_id)) == got
+    assert await store.last_sequence_number(job.response_id) == 2
+
+
+async def test_renew_lease(store: Store) -> None:
+    job = new_job("a")
+    await store.add_job(job, created(job))
+
+    assert await store.renew_lease(job.response_id, "a", NOW + 90.5)
+    assert not await store.renew_lease(job.response_id, "b", NOW + 99)
+    assert not await store.renew_lease("resp_unknown", "a", NOW + 99)
+    got = await store.get_job(job.response_id)
+    assert got is not None and got.lease_until == NOW + 90.5
+
+
+async def test_cancel_an_active_job_whoever_owns_it(store: Store) -> None:
+    job = new_job("elsewhere")
+    await store.add_job(job, created(job))
+    cancelled = {**job.response, "status": "cancelled"}
+
+    assert await store.cancel_job(job.response_id, cancelled, 5)
+    got = await store.get_job(job.response_id)
+    assert got is not None and got.status == "cancelled" and got.response == cancelled
+    assert got.finished_at == 5
+    # the owner's later writes are refused: a cancelled job is not revived
+    assert not await store.renew_lease(job.response_id, "elsewhere", NOW + 60)
+    assert not await store.update_job(job.response_id, "elsewhere", {"status": "completed"}, 6)
+    assert not await store.cancel_job(job.response_id, cancelled, 7)
+    assert not await store.cancel_job("resp_unknown", cancelled, 7)
+
+
+async def test_claim_lapsed_takes_only_active_jobs_whose_lease_ended(store: Store) -> None:
+    lapsed = new_job("dead", lease_until=NOW - 1)
+    alive = new_job("alive", lease_until=NOW + 30)
+    finished = new_job("dead", lease_until=NOW - 1)
+    for job in (lapsed, alive, finished):
+        await store.add_job(job, created(job))
+    await store.update_job(finished.response_id, "dead", {"status": "completed"}, 1)
+
+    [claimed] = await store.claim_lapsed("me", NOW, NOW + 30, 10)
+
+    assert claimed.response_id == lapsed.response_id
+    assert claimed.owner == "me" and claimed.attempts == 2 and claimed.lease_until == NOW + 30
+    assert await store.get_job(lapsed.response_id) == claimed
+    assert await store.claim_lapsed("other", NOW, NOW + 30, 10) == []  # now it is mine
+    assert not await store.renew_lease(lapsed.response_id, "dead", NOW + 60)  # fenced off
+    assert await store.renew_lease(lapsed.response_id, "me", NOW + 60)
+
+
+async def test_a_lapsed_job_is_claimed_by_one_process_only(
+    any_backend: Backend | MemoryBackend,
+) -> None:
+    stores: list[Store] = [any_backend.new_store() for _ in range(3)]
+    jobs = [new_job("dead", lease_until=NOW - 1) for _ in range(6)]
+    for job in jobs:
+        await stores[0].add_job(job, created(job))
+
+    claims = await asyncio.gather(
+        *(s.claim_lapsed(f"p{n}", NOW, NOW + 30, 10) for n, s in enumerate(stores))
+    )
+
+    claimed = [job.response_id for batch in claims for job in batch]
+    assert sorted(claimed) == sorted(job.response_id for job in jobs)
+
+
+async def test_event_log_reads_in_order_after_a_number(store: Store) -> None:
+    job = new_job()
+    await store.add_job(job, created(job))
+    await store.append_events(job.response_id, events(1, 2, 3))
+    await store.append_events(job.response_id, events(4))
+    await store.append_events(job.response_id, [])
+
+    assert [e.sequence_number for e in await store.read_events(job.response_id, 1, 10)] == [
+        2,
+        3,
+        4,
+    ]
+    assert await store.read_events(job.response_id, 0, 2) == events(1, 2)
+    assert await store.read_events(job.response_id, 4, 10) == []
+    assert await store.last_sequence_number(job.response_id) == 4
+
+
+async def test_purge_drops_the_logs_of_jobs_finished_before_the_cutoff(store: Store) -> None:
+    old, recent, running = new_job(), new_job(), new_job()
+    for job in (old, recent, running):
+        await store.add_job(job, created(job))
+        await store.append_events(job.response_id, events(1))
+    await store.update_job(old.response_id, "a", {"status": "completed"}, 100)
+    await store.update_job(recent.response_id, "a", {"status": "completed"}, 300)
+
+    assert await store.purge_finished(200) == 2
+
+    assert await store.read_events(old.response_id, -1, 10) == []
+    assert await store.last_sequence_number(old.response_id) is None
+    assert await store.get_job(old.response_id) is not None  # the record stays
+    assert len(await store.read_events(recent.response_id, -1, 10)) == 2
+    assert len(await store.read_events(running.response_id, -1, 10)) == 2
+    assert await store.purge_finished(200) == 0
+
+
+async def test_delete_job(store: Store) -> None:
+    job, other = new_job(), new_job()
+    for each in (job, other):
+        await store.add_job(each, created(each))
+        await store.append_events(each.response_id, events(1))
+
+    assert await store.delete_job(job.response_id) is True
+
+    assert await store.get_job(job.response_id) is None
+    assert await store.read_events(job.response_id, -1, 10) == []
+    assert await store.delete_job(job.response_id) is False
+    assert await store.get_job(other.response_id) is not None
+    assert len(await store.read_events(other.response_id, -1, 10)) == 2
