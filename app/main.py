@@ -105,6 +105,7 @@ def create_configured_upstream(config: UpstreamConfig) -> Upstream:
         chat=chat,
         native_tool_types=frozenset(native) if native is not None else None,
         native_compact=config.native_compact,
+        context_window=config.context_window,
     )
     return create_upstream(config.kind, spec, http)
 

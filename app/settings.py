@@ -71,6 +71,9 @@ class UpstreamConfig(BaseModel):
     # compact requests for its models are forwarded as they are; off: the gateway compacts with
     # the model (core.compact).
     native_compact: bool = False
+    # The context window (tokens) of the models served here, for ``truncation`` (None: the
+    # server's ``max_model_len`` from GET /v1/models, asked when a request wants "auto").
+    context_window: int | None = Field(default=None, gt=0)
     # The tool sets (namespaces) every request routed here gets, besides those it names.
     tool_sets: list[str] = Field(default_factory=list)
 
@@ -119,6 +122,7 @@ class Settings(BaseSettings):
     upstream_connect_timeout: float = Field(default=10.0, gt=0)
     upstream_read_timeout: float = Field(default=600.0, gt=0)
     upstream_max_connections: int = Field(default=256, ge=1)
+    upstream_context_window: int | None = Field(default=None, gt=0)
     upstreams: list[UpstreamConfig] = Field(default_factory=list)
 
     max_body_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
@@ -284,6 +288,7 @@ class Settings(BaseSettings):
                     connect_timeout=self.upstream_connect_timeout,
                     read_timeout=self.upstream_read_timeout,
                     max_connections=self.upstream_max_connections,
+                    context_window=self.upstream_context_window,
                     default=True,
                 )
             ]
@@ -329,6 +334,7 @@ _SINGLE_UPSTREAM_KEYS = frozenset(
         "upstream_connect_timeout",
         "upstream_read_timeout",
         "upstream_max_connections",
+        "upstream_context_window",
     }
 )
 

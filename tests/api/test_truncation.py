@@ -6,14 +6,18 @@ configured; without a known window nothing is counted."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from app.main import create_app
 from app.protocol.json_types import JsonObject
-from tests.api.tokenizing_upstreams import MODEL, served, words
-from tests.helpers import in_process, openai_client
+from app.settings import Settings
+from tests.api.tokenizing_upstreams import MODEL, TokenizerLog, served, tokenizing_app, words
+from tests.clients.scripted_upstream import ScriptedUpstream
+from tests.helpers import in_process, openai_client, serve_in_thread
 
 # The scripted tokenizer counts words: the call's arguments are long, its output short, so
 # dropping only up to the call (keeping its output) would fit, and is not allowed.
@@ -180,3 +184,22 @@ def test_without_tokenize_auto_truncates_on_the_estimate() -> None:
     assert response.status == "completed"
     (sent,) = up.inference_bodies()
     assert sent_input("chat", sent) == ["system", "user"]
+
+
+def test_the_window_configured_in_the_settings_reaches_the_upstream(tmp_path: Path) -> None:
+    """``upstream_context_window`` (``[[upstreams]] context_window``) is the window the gateway
+    it builds checks against: ``disabled`` refuses a longer input before it goes upstream."""
+    server = ScriptedUpstream()
+    log = TokenizerLog()
+    app = tokenizing_app(server, log, max_model_len=None, tokenize=True)
+    with serve_in_thread(app) as url:
+        settings = Settings(upstream_url=url, upstream_context_window=100, data_dir=tmp_path)
+        with in_process(create_app(settings)) as http:
+            client = openai_client(http)
+            with pytest.raises(openai.BadRequestError) as refused:
+                _create(client, input=long_history())
+            short = _create(client, input="Hi")
+    assert isinstance(refused.value.body, dict)
+    assert refused.value.body["code"] == "context_length_exceeded"
+    assert short.status == "completed"
+    assert log.model_lists == 0
