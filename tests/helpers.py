@@ -7,17 +7,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import uvicorn
 from starlette.testclient import TestClient
 
 # The base URL of an app run by ``in_process`` (no socket: any host would do).
 IN_PROCESS_URL = "http://testserver"
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -106,3 +113,34 @@ def without_parsed(value: Any) -> Any:
     if isinstance(value, list):
         return [without_parsed(v) for v in value]
     return value
+
+
+@contextlib.contextmanager
+def gateway_process(config: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``respgate serve --config config`` as a real process on a free port, once it answers
+    ``/health``; yields its base URL and the process (killed afterwards if still running)."""
+    port = free_port()
+    argv = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    raise AssertionError(f"respgate serve did not start:\n{log.read().decode()}")
+                try:
+                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            yield url, proc
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            proc.wait(timeout=10)

@@ -8,15 +8,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 from starlette.applications import Starlette
@@ -29,7 +25,7 @@ from app.settings import Settings
 from app.store.migrate import upgrade_to_head
 from tests.background.test_background_api import wait_for_status
 from tests.fakes import message
-from tests.helpers import free_port, in_process, openai_client, serve_in_thread
+from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
 from tests.postgres import run_in_thread, throwaway_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,33 +63,13 @@ class HeldUpstream:
         )
 
 
-def serve_process(tmp_path: Path, upstream: str, database: str) -> Iterator[tuple[str, int]]:
+def killable_config(tmp_path: Path, upstream: str, database: str) -> Path:
     config = tmp_path / "killed.toml"
     config.write_text(
         f'upstream_url = "{upstream}"\ndatabase_url = "{database}"\n'
         f'data_dir = "{tmp_path / "data"}"\nbackground_lease_seconds = {LEASE}\n'
     )
-    port = free_port()
-    argv = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise AssertionError(f"respgate serve did not start:\n{log.read().decode()}")
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            yield url, proc.pid
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(timeout=10)
+    return config
 
 
 @pytest.fixture
@@ -111,14 +87,13 @@ def test_a_job_of_a_killed_gateway_is_finished_by_another(
     database_url = postgres_url
     held = HeldUpstream()
     with serve_in_thread(held.app()) as upstream_url:
-        killed = serve_process(tmp_path, upstream_url, database_url)
-        url, pid = next(killed)
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
-        queued = client.responses.create(model="m", input="hi", background=True)
-        assert queued.status == "queued"
-        assert held.first_arrived.wait(30)  # the job is running in the process
-        os.kill(pid, signal.SIGKILL)
-        killed.close()
+        config = killable_config(tmp_path, upstream_url, database_url)
+        with gateway_process(config) as (url, proc):
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
+            queued = client.responses.create(model="m", input="hi", background=True)
+            assert queued.status == "queued"
+            assert held.first_arrived.wait(30)  # the job is running in the process
+            os.kill(proc.pid, signal.SIGKILL)
         held.released.set()
         time.sleep(LEASE * 1.5)  # the dead owner's lease lapses
         settings = Settings(

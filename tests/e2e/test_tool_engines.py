@@ -15,10 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import ssl
-import subprocess
-import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +47,7 @@ from tests.e2e.engine_upstream import (
     offered,
     tool_outputs,
 )
-from tests.helpers import free_port, in_process, openai_client, serve_in_thread
+from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
 from tests.postgres import throwaway_database
 from tests.rest_servers.node import (
     PETSTORE,
@@ -376,29 +372,8 @@ file = "{tmp_path / "weather.yaml"}"
 @contextlib.contextmanager
 def serve_process(config: Path) -> Iterator[openai.OpenAI]:
     """``respgate serve --config`` as a real process; the openai SDK on it."""
-    port = free_port()
-    argv = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
-    with tempfile.TemporaryFile() as log:
-        proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log.seek(0)
-                    raise AssertionError(f"respgate serve did not start:\n{log.read().decode()}")
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code < 500:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            yield openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with gateway_process(config) as (url, _):
+        yield openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
 
 
 def test_a_conversation_keeps_its_simulated_world_across_restarts_and_processes(
