@@ -6,7 +6,8 @@ request's input, the model's items, its calls as ``function_call`` and their res
 ``function_call_output``), so a round is the unit of restart. A checkpoint holds those, the
 output the client has seen, the number of completed rounds, the usage so far and the gateway
 tool calls run so far (``max_tool_calls``). ``core.loop.ToolLoop`` reports one after each round
-whose gateway calls all have results (``RoundHook``) and starts from one (``resume_from``);
+whose gateway calls all have results (``Checkpoints.on_round``) and starts from one
+(``Checkpoints.resume_from``);
 ``core.job_runner`` stores it in the job record (``JobStore.save_checkpoint``) once the
 round's events are logged, with ``sequence_number``: the number of the last logged event it
 covers.
@@ -79,3 +80,13 @@ class LoopCheckpoint:
 
 # Called by the loop at the end of each round whose gateway calls all have results.
 RoundHook = Callable[[LoopCheckpoint], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoints:
+    """How a tool loop uses checkpoints (a background run's; a foreground response has none
+    and pays nothing): it starts from ``resume_from`` (None: from round 1) and awaits
+    ``on_round`` with each new one (None: none is made)."""
+
+    resume_from: LoopCheckpoint | None = None
+    on_round: RoundHook | None = None

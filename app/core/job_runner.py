@@ -32,7 +32,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
-from app.core.checkpoint import LoopCheckpoint
+from app.core.checkpoint import Checkpoints, LoopCheckpoint
 from app.core.jobs import JobStore, LoggedEvent
 from app.core.ports import ResponseStore
 from app.core.response import normalize_error
@@ -165,8 +165,7 @@ class JobRun:
                 headers,
                 response_id=self.response_id,
                 created_at=int(self.snapshot["created_at"]),
-                resume_from=self._resume_from,
-                on_round=self._save_checkpoint,
+                checkpoints=Checkpoints(self._resume_from, self._save_checkpoint),
             )
         except GatewayError as exc:
             # A foreground client would get an HTTP error; this one gets the stream's failure.

@@ -12,8 +12,8 @@ Two lists grow side by side: ``output`` is what the client sees; ``_model_items`
 next round's upstream reads (the model's own items, its calls as ``function_call`` and their
 results as ``function_call_output``). Both, with the round number, usage and calls run, make a
 ``core.checkpoint.LoopCheckpoint``: reported after each round whose gateway calls all have
-results (``on_round``); a loop built with ``resume_from`` starts from one (a background job
-taken over) instead of from round 1.
+results, and a loop can start from one (a background job taken over) instead of from round 1:
+``use_checkpoints``, before it opens.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.call_runner import CallRunner
-from app.core.checkpoint import LoopCheckpoint, RoundHook
+from app.core.checkpoint import Checkpoints, LoopCheckpoint, RoundHook
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.observe import (
     ToolEvents,
@@ -89,8 +89,6 @@ class ToolLoop:
         prepared: PreparedTools,
         limits: LoopLimits,
         tool_events: ToolEvents | None = None,
-        resume_from: LoopCheckpoint | None = None,
-        on_round: RoundHook | None = None,
     ) -> None:
         self._upstream = upstream
         self._headers = request.headers
@@ -121,10 +119,8 @@ class ToolLoop:
         self.error: JsonObject | None = None
         self.incomplete_details: JsonObject | None = None
         self.finished = False
-        self._resumed = resume_from is not None
-        self._on_round = on_round
-        if resume_from is not None:
-            self._resume(resume_from)
+        self._resumed = False
+        self._on_round: RoundHook | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -183,7 +179,14 @@ class ToolLoop:
             results_fed=self._results_fed,
         )
 
-    def _resume(self, checkpoint: LoopCheckpoint) -> None:
+    def use_checkpoints(self, checkpoints: Checkpoints) -> None:
+        """Before ``open``: start from ``checkpoints.resume_from`` (when set) and report each
+        round's checkpoint to ``checkpoints.on_round``."""
+        self._on_round = checkpoints.on_round
+        checkpoint = checkpoints.resume_from
+        if checkpoint is None:
+            return
+        self._resumed = True
         self.output = list(checkpoint.output)
         self._model_items = list(checkpoint.model_items)
         self._round = checkpoint.round
