@@ -195,9 +195,14 @@ class JobRun:
             return
         covered = checkpoint.covering(self._lifecycle.next_number - 1)
         context = self._context
-        if not await context.jobs.save_checkpoint(
-            self.response_id, context.owner, covered.to_json()
-        ):
+        try:
+            saved = await context.jobs.save_checkpoint(
+                self.response_id, context.owner, covered.to_json()
+            )
+        except Exception:  # the run goes on: a takeover would go back to the previous one
+            logger.exception("saving a checkpoint failed", extra={"response_id": self.response_id})
+            return
+        if not saved:
             self._lost = True  # cancelled or taken over: the run stops here
             raise asyncio.CancelledError
 
