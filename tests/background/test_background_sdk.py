@@ -227,3 +227,33 @@ def test_an_approval_request_ends_the_background_turn_and_the_approval_runs_it(
         events = replayed(http, second_id, -1)
         assert "response.mcp_call.completed" in [event.type for event in events]
         assert events[-1].response == second
+
+
+def test_automatic_compaction_in_background(database_url: str) -> None:
+    """``context_management`` over its threshold in background: the summary round, then the
+    turn; the compaction item opens the stored output, and continuing from it works."""
+    upstream = ScriptedUpstream([[message("SUMMARY: Ada, PELICAN.")], [message("Hi Ada.")]])
+    managed: Any = [{"type": "compaction", "compact_threshold": 5}]
+    history: Any = [
+        {"role": "user", "content": "My name is Ada and the codeword is PELICAN."},
+        {"role": "assistant", "content": "Noted, Ada: the codeword is PELICAN."},
+        {"role": "user", "content": "Say hello."},
+    ]
+    with in_process(create_app(settings_for(database_url), upstream=upstream)) as http:
+        client = openai_client(http)
+        queued = client.responses.create(
+            model="m", input=history, context_management=managed, background=True
+        )
+        final = poll_until(http, queued.id, {"completed", "failed"})[-1]
+        assert final.status == "completed", final.error
+        assert [item.type for item in final.output] == ["compaction", "message"]
+        assert final.output_text == "Hi Ada."
+        events = replayed(http, queued.id, -1)
+        assert "response.compaction.compacting" in [event.type for event in events]
+        summary_round, turn = upstream.requests
+        assert "You compact a conversation" in str(summary_round["instructions"])
+        assert "SUMMARY: Ada, PELICAN." in str(turn["input"])
+        assert "Noted, Ada" not in str(turn["input"])  # the old answer went into the summary
+        upstream.rounds.append([message("Bye.")])
+        after = client.responses.create(model="m", input="Bye?", previous_response_id=final.id)
+        assert after.output_text == "Bye." and "Noted, Ada" not in str(upstream.requests[-1])
