@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.call_runner import CallRunner
+from app.core.context_window import RoundFit
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.observe import (
     ToolEvents,
@@ -72,6 +73,9 @@ class LoopRequest:
     stream: bool
     response_id: str
     max_tool_calls: int | None = None
+    # Checks a later round's input against the context window (core.context_window.RoundWindow):
+    # (body, items, index of the response's own first item) -> what to send, or the failure.
+    fit_round: Callable[[JsonObject, list[JsonObject], int], Awaitable[RoundFit]] | None = None
 
 
 class ToolLoop:
@@ -94,6 +98,7 @@ class ToolLoop:
         self._stream = request.stream
         self._response_id = request.response_id
         self._max_tool_calls = request.max_tool_calls
+        self._fit_round = request.fit_round
         self._runner = CallRunner(
             tool_events or ToolEvents(),
             request.response_id,
@@ -188,8 +193,8 @@ class ToolLoop:
 
     # ------------------------------------------------------------------ rounds
 
-    async def _open_round(self) -> UpstreamEventStream:
-        body = {**self._body, "input": self._model_items, "stream": self._stream}
+    async def _open_round(self, items: list[JsonObject] | None = None) -> UpstreamEventStream:
+        body = {**self._body, "input": items or self._model_items, "stream": self._stream}
         if self._results_fed and body.get("tool_choice") not in (None, "auto", "none"):
             # A forced choice (``required``, a named tool) has been honoured once the model's
             # call ran: forcing it again would keep the model from ever answering (vLLM decodes
@@ -200,6 +205,13 @@ class ToolLoop:
         return SingleResponseStream(await self._upstream.create_response(body, self._headers))
 
     async def _run_round(self) -> AsyncIterator[StreamEvent]:
+        items = self._model_items
+        if self._pending is None and self._results_fed and self._fit_round is not None:
+            fitted = await self._fit_round(self._body, items, len(self._prepared.upstream_input))
+            if fitted.error is not None:
+                self.status, self.error, self.finished = "failed", fitted.error, True
+                return
+            items = fitted.items
         offset = len(self.output)
         accumulator = ResponseAccumulator(output_offset=offset)
         view = RoundView(self._prepared.executors, self._prepared.annotators)
@@ -207,7 +219,7 @@ class ToolLoop:
         deadline = self._limits.round_timeout
         try:
             async with asyncio.timeout(deadline):
-                stream = self._pending or await self._open_round()
+                stream = self._pending or await self._open_round(items)
                 self._pending = None
                 try:
                     async for upstream_event in stream:
