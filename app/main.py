@@ -111,8 +111,11 @@ def create_configured_upstream(config: UpstreamConfig) -> Upstream:
 
 
 def compaction_codec(settings: Settings) -> CompactionCodec:
-    """The signer of compaction items: a random key kept in ``data_dir/compaction.key`` (made
-    on first start, readable by its owner only; replicas share it by sharing the file)."""
+    """The signer of compaction items: ``compaction_key`` when it is set, else a random key
+    kept in ``data_dir/compaction.key`` (made on first start, readable by its owner only).
+    Replicas share it (the setting, or the file): items one signs, another opens."""
+    if settings.compaction_key is not None:
+        return CompactionCodec(settings.compaction_key.get_secret_value().encode())
     path = settings.data_dir / "compaction.key"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -145,6 +152,12 @@ class Settings(BaseSettings):
     background_lease_seconds: float = Field(default=30.0, gt=0)
     background_event_retention_minutes: float = Field(default=10.0, gt=0)
 
+    # The key that signs compaction items (POST /v1/responses/compact; app.core.compaction): at
+    # least 16 characters, never logged nor echoed. None: a random key kept in
+    # data_dir/compaction.key (made on first start). Replicas must share the key (this setting,
+    # or the same file), else a compaction item made by one is refused (400) by another.
+    compaction_key: SecretStr | None = None
+
     # A hosted tool the gateway cannot run (no provider for its type, e.g. code_interpreter, or
     # web_search without web_search_provider): "drop" leaves it out of what the model sees,
     # "reject" answers 400, "forward" sends it upstream unchanged (an upstream that runs it).
@@ -181,6 +194,13 @@ class Settings(BaseSettings):
     web_search_timeout: float = Field(default=15.0, gt=0)
     # Fetch the top results' pages and give the model their text (0: snippets only).
     web_search_fetch_pages: int = Field(default=0, ge=0, le=10)
+
+    @field_validator("compaction_key")
+    @classmethod
+    def _compaction_key_is_long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value().encode()) < 16:
+            raise ValueError("compaction_key must be at least 16 bytes (e.g. 64 hex characters)")
+        return value
 
     @model_validator(mode="after")
     def _web_search_is_usable(self) -> Self:

@@ -17,14 +17,23 @@ gives a real count), the conversation is compacted first, the same way, and the 
 item opens the response's output (``output_item.added``, ``response.compaction.compacting``,
 ``output_item.done`` in a stream) so that it is stored and continued from like any other.
 An upstream that compacts natively gets ``context_management`` as it came; others never see it.
+
+The threshold is measured in the upstream's tokens where it can count them (the
+``TokenCounter`` port: its ``/tokenize``, exact, as ``/v1/responses/input_tokens`` counts),
+else with the estimate. Counting costs a request to the upstream, so the hot path pays it only
+near the threshold: the estimate (UTF-8 bytes / 4, one serialization) decides alone when it is
+under half the threshold or over twice it, and a request without ``context_management`` is
+never measured at all.
 """
 
 from __future__ import annotations
 
-import json
+import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+
+import orjson
 
 from app.core.compaction import (
     COMPACTION_TYPE,
@@ -38,11 +47,11 @@ from app.core.compaction import (
 )
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
-from app.core.ports import ResponseStore, Upstream
+from app.core.ports import ResponseStore, TokenCounter, Upstream
 from app.core.response import empty_usage, normalize_usage
 from app.core.round_view import added_event, done_event
 from app.core.tools import PreludeItem
-from app.errors import UpstreamProtocolError
+from app.errors import GatewayError, UpstreamProtocolError
 from app.protocol.compaction import CompactRequest
 from app.protocol.events import StreamEvent
 from app.protocol.json_types import JsonObject
@@ -58,6 +67,12 @@ SUMMARY_INSTRUCTIONS = (
 # The stream event OpenAI sends while a compaction item is being written.
 COMPACTING_EVENT = "response.compaction.compacting"
 _SUMMARY_REQUEST = "Summarize the conversation above as instructed."
+# The estimate decides alone outside [threshold / _NEAR, threshold * _NEAR].
+_NEAR = 2
+# What of a request the threshold measures besides its input (the conversation, not its tools).
+_MEASURED_FIELDS = ("model", "instructions")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +87,9 @@ class UpstreamView:
 
 
 def estimate_tokens(items: list[JsonObject]) -> int:
-    """About four characters of JSON per token: the estimate ``compact_threshold`` is measured
-    with unless the app gives the compactor a real count."""
-    return len(json.dumps(items, ensure_ascii=False)) // 4
+    """About four bytes of JSON (UTF-8) per token: what ``compact_threshold`` is measured with
+    when the upstream cannot count, and what decides whether to ask it."""
+    return len(orjson.dumps(items)) // 4
 
 
 def compact_threshold(body: JsonObject) -> int | None:
@@ -104,6 +119,8 @@ class Compactor:
         self.store = store
         self.codec = codec
         self.count_tokens = count_tokens
+        # The upstream's own count (None: the estimate alone).
+        self.counter = upstream if isinstance(upstream, TokenCounter) else None
         self._clock = clock
 
     def lowering(self, model: str | None) -> CompactionLowering:
@@ -176,7 +193,9 @@ class Compactor:
         )
         threshold = compact_threshold(body)
         lowered = [*lowered_history, *lowered_input]
-        if threshold is None or lowering.native or self.count_tokens(lowered) <= threshold:
+        if threshold is None or lowering.native:
+            return UpstreamView(lowered_history, lowered_input)
+        if not await self._exceeds(body, lowered, threshold, headers):
             return UpstreamView(lowered_history, lowered_input)
         instructions = body.get("instructions")
         summary, _ = await self._summarize(
@@ -188,6 +207,28 @@ class Compactor:
         raw = lowering.prune([*history.history_items, *history.input_items])
         kept = [item for item in raw if is_user_message(item)]
         return UpstreamView([], [*kept, summary_message(summary)], [self._item(summary)])
+
+    async def _exceeds(
+        self,
+        body: JsonObject,
+        items: list[JsonObject],
+        threshold: int,
+        headers: Mapping[str, str],
+    ) -> bool:
+        """Whether ``items`` (the lowered input of ``body``) count more tokens than
+        ``threshold``: the estimate far from it, else the upstream's count (the estimate when
+        the upstream cannot count, or fails to)."""
+        estimate = self.count_tokens(items)
+        counter = self.counter
+        if counter is None or estimate * _NEAR < threshold or estimate > threshold * _NEAR:
+            return estimate > threshold
+        try:
+            measured = {k: body[k] for k in _MEASURED_FIELDS if k in body}
+            count = await counter.count_input_tokens({**measured, "input": items}, headers)
+        except GatewayError as exc:
+            logger.warning("no token count for compact_threshold, using the estimate: %s", exc)
+            return estimate > threshold
+        return count.tokens > threshold
 
     def forwarded(self, body: JsonObject) -> JsonObject:
         """``body`` without ``context_management`` unless its upstream compacts natively (the

@@ -12,10 +12,21 @@ output (items sharing a ``call_id``, an approval request and its response) and k
 over the allowed cuts: about log2(items) counts). Counting goes through the ``TokenCounter``
 port (the upstream's tokenizer, or an estimate); a request whose serialized size already fits
 (a token covers at least one byte) is not counted at all.
+
+``RoundWindow`` checks again before each later round of a tool loop, whose input grows with
+the model's calls and their outputs (the loop calls it once tool results were fed, never for
+a round-1 input ``fit`` already checked; the service gives the loop one only when ``checks``
+says a window may be known, so the hot path pays nothing). Over the window, ``"auto"`` drops
+the oldest items as ``fit`` does, but never the current turn's own items: the user message
+that opened the turn and everything after it (the client's new input, the model's calls and
+their outputs in this response). ``"disabled"``, or a turn too long by itself, ends the
+response as failed with OpenAI's ``context_length_exceeded`` (a ``response.failed`` event in
+a stream).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -23,7 +34,7 @@ import orjson
 
 from app.core.history import History
 from app.core.ports import TokenCount, TokenCounter
-from app.errors import InvalidRequestError, NotFoundError
+from app.errors import GatewayError, InvalidRequestError, NotFoundError
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import ParsedRequest
 
@@ -32,6 +43,8 @@ from app.protocol.requests import ParsedRequest
 _TEMPLATE_MARGIN = 1024
 _PER_ITEM_MARGIN = 16
 _KEPT_ROLES = frozenset({"system", "developer"})
+
+logger = logging.getLogger(__name__)
 
 
 def context_length_exceeded() -> InvalidRequestError:
@@ -152,12 +165,87 @@ async def fit_history(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class RoundFit:
+    """The input of a later round of a tool loop: ``items`` to send, or the ``error`` that
+    ends the response (``failed``)."""
+
+    items: list[JsonObject]
+    error: JsonObject | None = None
+
+
+class RoundWindow:
+    """``truncation`` before each later round of one response's tool loop (module docstring)."""
+
+    def __init__(
+        self,
+        window: ContextWindow,
+        headers: Mapping[str, str],
+        *,
+        truncation: str | None,
+        max_output_tokens: int | None,
+    ) -> None:
+        self._window = window
+        self._headers = headers
+        self._auto = truncation == "auto"
+        self._max_output_tokens = max_output_tokens
+
+    async def __call__(self, body: JsonObject, items: list[JsonObject], own_from: int) -> RoundFit:
+        """What of ``items`` (the round's input; the response's own items from ``own_from``)
+        goes upstream with ``body``."""
+        counter, model = self._window.counter, body.get("model")
+        if counter is None or not isinstance(model, str):
+            return RoundFit(items)
+        if self._auto:
+            window = await counter.context_window(model, self._headers)
+        else:
+            window = counter.configured_window(model)
+        if window is None:
+            return RoundFit(items)
+        budget = window - (self._max_output_tokens or 0)
+        full = {**body, "input": items}
+        if _fits_by_size(full, len(items), budget):
+            return RoundFit(items)
+        try:
+            count = await counter.count_input_tokens(full, self._headers)
+        except GatewayError as exc:  # unchecked: the upstream refuses what does not fit
+            logger.warning("no token count before a tool round: %s", exc)
+            return RoundFit(items)
+        if count.tokens <= budget:
+            return RoundFit(items)
+        try:
+            if not self._auto:
+                raise context_length_exceeded()
+            start = turn_start(items, own_from)
+            cuts = [cut for cut in allowed_cuts(items) if cut <= start]
+            fitted = await _truncate(counter, full, self._headers, budget, cuts)
+        except InvalidRequestError as exc:
+            return RoundFit(items, {"code": exc.code, "message": exc.message})
+        logger.info("truncation dropped %d items before a tool round", fitted.dropped)
+        return RoundFit(fitted.items)
+
+
+def turn_start(items: list[JsonObject], own_from: int) -> int:
+    """Where the current turn begins: the last user message before the response's own items
+    (``own_from``), else ``own_from``."""
+    for index in range(min(own_from, len(items)) - 1, -1, -1):
+        item = items[index]
+        if item.get("role") == "user" and item.get("type", "message") == "message":
+            return index
+    return own_from
+
+
 async def _truncate(
-    counter: TokenCounter, body: JsonObject, headers: Mapping[str, str], budget: int
+    counter: TokenCounter,
+    body: JsonObject,
+    headers: Mapping[str, str],
+    budget: int,
+    cuts: list[int] | None = None,
 ) -> Fitted:
-    """The fewest oldest items dropped so that the rest fits (binary search over the cuts)."""
+    """The fewest oldest items dropped so that the rest fits (binary search over the cuts:
+    ``allowed_cuts`` unless given)."""
     items: list[JsonObject] = body["input"]
-    cuts = allowed_cuts(items)
+    cuts = allowed_cuts(items) if cuts is None else cuts
     best: Fitted | None = None
     low, high = 0, len(cuts) - 1
     while low <= high:

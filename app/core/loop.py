@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.call_runner import CallRunner
 from app.core.checkpoint import Checkpoints, LoopCheckpoint, RoundHook
+from app.core.context_window import RoundFit
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.observe import (
     ToolEvents,
@@ -76,6 +77,9 @@ class LoopRequest:
     stream: bool
     response_id: str
     max_tool_calls: int | None = None
+    # Checks a later round's input against the context window (core.context_window.RoundWindow):
+    # (body, items, index of the response's own first item) -> what to send, or the failure.
+    fit_round: Callable[[JsonObject, list[JsonObject], int], Awaitable[RoundFit]] | None = None
 
 
 class ToolLoop:
@@ -98,6 +102,7 @@ class ToolLoop:
         self._stream = request.stream
         self._response_id = request.response_id
         self._max_tool_calls = request.max_tool_calls
+        self._fit_round = request.fit_round
         self._runner = CallRunner(
             tool_events or ToolEvents(),
             request.response_id,
@@ -126,15 +131,16 @@ class ToolLoop:
 
     async def open(self) -> None:
         """Start the first round now when nothing has to run before it, so that an upstream
-        that refuses the request is reported before the client's stream starts."""
-        if self._resumed or not self._prepared.approved:
+        that refuses the request is reported before the client's stream starts (a loop resumed
+        from a checkpoint opens its round in ``events``, where the round's input is fitted)."""
+        if not self._prepared.approved and not self._resumed:
             deadline = self._limits.round_timeout
             try:
                 async with asyncio.timeout(deadline):
                     self._pending = await self._open_round()
             except TimeoutError:
                 raise UpstreamTimeoutError(
-                    f"the upstream did not answer round {self._round + 1} within {deadline} s"
+                    f"the upstream did not answer round 1 within {deadline} s"
                 ) from None
 
     async def events(self) -> AsyncIterator[StreamEvent]:
@@ -226,8 +232,8 @@ class ToolLoop:
 
     # ------------------------------------------------------------------ rounds
 
-    async def _open_round(self) -> UpstreamEventStream:
-        body = {**self._body, "input": self._model_items, "stream": self._stream}
+    async def _open_round(self, items: list[JsonObject] | None = None) -> UpstreamEventStream:
+        body = {**self._body, "input": items or self._model_items, "stream": self._stream}
         if self._results_fed and body.get("tool_choice") not in (None, "auto", "none"):
             # A forced choice (``required``, a named tool) has been honoured once the model's
             # call ran: forcing it again would keep the model from ever answering (vLLM decodes
@@ -238,6 +244,13 @@ class ToolLoop:
         return SingleResponseStream(await self._upstream.create_response(body, self._headers))
 
     async def _run_round(self) -> AsyncIterator[StreamEvent]:
+        items = self._model_items
+        if self._pending is None and self._results_fed and self._fit_round is not None:
+            fitted = await self._fit_round(self._body, items, len(self._prepared.upstream_input))
+            if fitted.error is not None:
+                self.status, self.error, self.finished = "failed", fitted.error, True
+                return
+            items = fitted.items
         offset = len(self.output)
         accumulator = ResponseAccumulator(output_offset=offset)
         view = RoundView(self._prepared.executors, self._prepared.annotators)
@@ -245,7 +258,7 @@ class ToolLoop:
         deadline = self._limits.round_timeout
         try:
             async with asyncio.timeout(deadline):
-                stream = self._pending or await self._open_round()
+                stream = self._pending or await self._open_round(items)
                 self._pending = None
                 try:
                     async for upstream_event in stream:

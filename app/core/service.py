@@ -16,7 +16,7 @@ from app.core.accumulator import ResponseAccumulator
 from app.core.checkpoint import Checkpoints
 from app.core.compact import Compactor, UpstreamView, compaction_prelude
 from app.core.compaction import CompactionCodec, has_compaction
-from app.core.context_window import ContextWindow, fit_history
+from app.core.context_window import ContextWindow, RoundWindow, fit_history
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.loop import LoopLimits, LoopRequest, ToolLoop
@@ -162,12 +162,21 @@ class ResponsesService:
             upstream_body["tools"] = prepared.upstream_tools
             if prepared.tool_choice is not None:
                 upstream_body["tool_choice"] = prepared.tool_choice
+        params = request.params
         loop_request = LoopRequest(
             upstream_body=upstream_body,
             headers=headers,
             stream=stream,
             response_id=response_id,
-            max_tool_calls=request.params.max_tool_calls,
+            max_tool_calls=params.max_tool_calls,
+            fit_round=RoundWindow(
+                self.context,
+                headers,
+                truncation=params.truncation,
+                max_output_tokens=params.max_output_tokens,
+            )
+            if self.context.checks(params.model, params.truncation)
+            else None,
         )
         return ToolLoop(
             upstream=self.upstream,
