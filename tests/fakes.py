@@ -109,6 +109,7 @@ class MemoryJobs:
     def __init__(self) -> None:
         self.jobs: dict[str, BackgroundJob] = {}
         self.events: dict[str, dict[int, JsonObject]] = {}
+        self.checkpoints: dict[str, JsonObject] = {}
 
     async def add_job(self, job: BackgroundJob, first_event: JsonObject) -> None:
         assert job.response_id not in self.jobs, "a job id is new"
@@ -142,6 +143,8 @@ class MemoryJobs:
         if job is not None:
             status = str(response["status"])
             finished = now if status in FINAL_STATUSES else job.finished_at
+            if status in FINAL_STATUSES:
+                self.checkpoints.pop(response_id, None)
             self.jobs[response_id] = dataclasses.replace(
                 job, status=status, response=copy.deepcopy(response), finished_at=finished
             )
@@ -151,10 +154,20 @@ class MemoryJobs:
     async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
         job = self._active(response_id, None)
         if job is not None:
+            self.checkpoints.pop(response_id, None)
             self.jobs[response_id] = dataclasses.replace(
                 job, status="cancelled", response=copy.deepcopy(response), finished_at=now
             )
         return job is not None
+
+    async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
+        job = self._active(response_id, owner)
+        if job is not None:
+            self.checkpoints[response_id] = copy.deepcopy(checkpoint)
+        return job is not None
+
+    async def get_checkpoint(self, response_id: str) -> JsonObject | None:
+        return copy.deepcopy(self.checkpoints.get(response_id))
 
     async def claim_lapsed(
         self, owner: str, now: float, lease_until: float, limit: int
@@ -187,6 +200,7 @@ class MemoryJobs:
 
     async def delete_job(self, response_id: str) -> bool:
         self.events.pop(response_id, None)
+        self.checkpoints.pop(response_id, None)
         return self.jobs.pop(response_id, None) is not None
 
     async def purge_finished(self, finished_before: int) -> int:

@@ -20,11 +20,23 @@
   process died or stalled) and purges the event logs of jobs finished more than the retention
   period ago. A job taken over is, in order: finished from its stored response when its run had
   stored one; failed with a clear error when it cannot be restarted safely (its request carried
-  secret tool fields, which are never stored; it had run gateway tool calls, which are not run
-  twice; it was started ``max_attempts`` times); else restarted from the start. A restarted run
-  continues the event log's numbers (a number is never given twice) and begins with a
-  ``response.in_progress`` whose output is empty: a client following the stream sees there that
-  the response started over.
+  secret tool fields, which are never stored; it was started ``max_attempts`` times; or a
+  gateway tool call ran that the restart would run again, see below); else restarted: from the
+  tool loop's last checkpoint when it has one, else from the start. A restarted run continues
+  the event log's numbers (a number is never given twice) and begins with a
+  ``response.in_progress`` whose output is the checkpoint's (empty without one): a client
+  following the stream sees there that the response went back to that point.
+
+  Tool calls are never run twice silently. A checkpoint (``core.checkpoint``) is saved at the
+  end of each round whose gateway tool calls all have results, once those results are logged,
+  and records the number of the last event it covers; a restart from it re-runs the round after
+  it (upstream inference is stateless). So the rule looks at the events logged after the
+  checkpoint (after event 0 without one): when one says a gateway tool call completed or failed
+  (``response.mcp_call.completed`` …), that call had its effects and the re-run round could run
+  it again, so the job is failed with a clear error; otherwise the round is re-run. A call that
+  was interrupted before its result was logged may have started (an MCP call logs nothing when
+  it starts): it is run again if the re-run round asks for it, as a call whose process died
+  mid-call always could be.
 
 Several processes on one database share jobs through the store alone; a prompter cancel signal
 or live events across processes (PostgreSQL ``LISTEN/NOTIFY``, Redis) can replace the lease-time
@@ -44,6 +56,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
+from app.core.checkpoint import LoopCheckpoint
 from app.core.ids import new_id
 from app.core.job_runner import JobContext, JobRun, is_terminal
 from app.core.jobs import BackgroundJob, JobStore, LoggedEvent
@@ -345,24 +358,37 @@ class BackgroundResponses:
             closing = await self._after_last(response_id, lambda lc: [lc.closing(final)])
             await self.jobs.update_job(response_id, self.owner, final, int(self._clock()), closing)
             return
-        reason = await self._unsafe_to_restart(job)
+        saved = await self.jobs.get_checkpoint(response_id)
+        checkpoint = None if saved is None else LoopCheckpoint.from_json(saved)
+        reason = await self._unsafe_to_restart(job, checkpoint)
         if reason is not None:
             await self._fail(job, reason)
             return
         last = await self.jobs.last_sequence_number(response_id)
-        queued = {**job.response, "status": "queued", "output": []}
+        output = [] if checkpoint is None else checkpoint.output
+        queued = {**job.response, "status": "queued", "output": output}
         run = self._new_run(response_id, queued, first=(last or 0) + 1)
-        run.start(ParsedRequest.from_body({**job.request, "stream": True}), {})
+        request = ParsedRequest.from_body({**job.request, "stream": True})
+        run.start(request, {}, resume_from=checkpoint)
 
-    async def _unsafe_to_restart(self, job: BackgroundJob) -> str | None:
+    async def _unsafe_to_restart(
+        self, job: BackgroundJob, checkpoint: LoopCheckpoint | None
+    ) -> str | None:
+        """Why ``job`` cannot be restarted (from ``checkpoint`` when there is one); None when
+        it can (the module docstring's rule)."""
         if not job.resumable:
             return "its request carried tool credentials, which the gateway never stores"
         if job.attempts > self.options.max_attempts:
             return f"it was started {self.options.max_attempts} times"
-        after = -1
+        after = -1 if checkpoint is None else checkpoint.sequence_number
         while logged := await self.jobs.read_events(job.response_id, after, _READ_BATCH):
             if any(_TOOL_RAN.match(str(e.event.get("type"))) for e in logged):
-                return "it had already run tool calls, which are never run twice"
+                if checkpoint is None:
+                    return "it had already run tool calls, which are never run twice"
+                return (
+                    "it had run tool calls after its last completed tool round, and that "
+                    "round, run again, could run them twice"
+                )
             after = logged[-1].sequence_number
         return None
 

@@ -16,6 +16,12 @@ events in one transaction, compare-and-set on the owner): ``in_progress`` with t
 the final status and response with the last ones. If one is refused, the job is no longer this
 run's: the run stops, and the response row the service may have stored is deleted again, so
 nothing is stored twice or half.
+
+A tool loop's run saves a checkpoint at the end of each round whose gateway calls all have
+results (``core.checkpoint``): once every event up to there is logged, the loop's state and the
+number of the last of those events go to the job record (``JobStore.save_checkpoint``, refused
+like ``update_job`` when the job is no longer this run's). A run started with ``resume_from``
+(``core.background``, a job taken over) continues the loop from one.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
+from app.core.checkpoint import Checkpoints, LoopCheckpoint
 from app.core.jobs import JobStore, LoggedEvent
 from app.core.ports import ResponseStore
 from app.core.response import normalize_error
@@ -80,10 +87,18 @@ class JobRun:
         self._lost = False  # the job is no longer this run's (cancelled, taken over)
         self.on_done: Callable[[str], None] | None = None
         self.done = False
+        self._resume_from: LoopCheckpoint | None = None
 
     # ------------------------------------------------------------------ running
 
-    def start(self, request: ParsedRequest, headers: Mapping[str, str]) -> None:
+    def start(
+        self,
+        request: ParsedRequest,
+        headers: Mapping[str, str],
+        resume_from: LoopCheckpoint | None = None,
+    ) -> None:
+        """Run the job in a task: from the start, or from a tool loop's checkpoint."""
+        self._resume_from = resume_from
         self._task = asyncio.create_task(
             self._run(request, headers), name=f"background {self.response_id}"
         )
@@ -150,6 +165,7 @@ class JobRun:
                 headers,
                 response_id=self.response_id,
                 created_at=int(self.snapshot["created_at"]),
+                checkpoints=Checkpoints(self._resume_from, self._save_checkpoint),
             )
         except GatewayError as exc:
             # A foreground client would get an HTTP error; this one gets the stream's failure.
@@ -171,6 +187,24 @@ class JobRun:
             if aclose is not None:  # stops the upstream request and the running tool calls
                 await aclose()
         return final
+
+    async def _save_checkpoint(self, checkpoint: LoopCheckpoint) -> None:
+        """At a round's end: log what waits, then record the checkpoint that covers it."""
+        await self._flush_all()
+        if self._lost:
+            return
+        covered = checkpoint.covering(self._lifecycle.next_number - 1)
+        context = self._context
+        try:
+            saved = await context.jobs.save_checkpoint(
+                self.response_id, context.owner, covered.to_json()
+            )
+        except Exception:  # the run goes on: a takeover would go back to the previous one
+            logger.exception("saving a checkpoint failed", extra={"response_id": self.response_id})
+            return
+        if not saved:
+            self._lost = True  # cancelled or taken over: the run stops here
+            raise asyncio.CancelledError
 
     async def _renew(self) -> None:
         context = self._context

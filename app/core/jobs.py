@@ -9,6 +9,11 @@ and is refused (``False``) when the job is no longer its own: a process that los
 stalled, and another took the job over) cannot overwrite the new owner's work, and a cancelled
 job cannot be revived.
 
+While a tool loop runs, the record also keeps its last checkpoint (``core.checkpoint``: what
+the next round needs, saved at the end of each completed round, compare-and-set on the owner
+like every owner-only write): a process that takes the job over continues from there. It is
+read apart from the record (``get_checkpoint``), so that polls do not carry it.
+
 The event log keeps each event of the response's stream under its ``sequence_number`` (never
 reused), so that ``GET /v1/responses/{id}?stream=true&starting_after=N`` can replay them from any
 process; events of jobs that finished before a retention cut-off are purged.
@@ -95,6 +100,16 @@ class JobStore(Protocol):
     async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
         """Mark an active job ``cancelled`` with ``response``, whoever owns it; False when it
         is unknown or already final (nothing written)."""
+        ...
+
+    async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
+        """Replace the checkpoint of ``owner``'s active job; False, and nothing written, when
+        the job is not active or not ``owner``'s. A job that reaches a final status
+        (``update_job``, ``cancel_job``) loses its checkpoint."""
+        ...
+
+    async def get_checkpoint(self, response_id: str) -> JsonObject | None:
+        """The job's last checkpoint (None: none saved, or no such job)."""
         ...
 
     async def claim_lapsed(

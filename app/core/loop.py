@@ -10,7 +10,10 @@ single round.
 
 Two lists grow side by side: ``output`` is what the client sees; ``_model_items`` is what the
 next round's upstream reads (the model's own items, its calls as ``function_call`` and their
-results as ``function_call_output``).
+results as ``function_call_output``). Both, with the round number, usage and calls run, make a
+``core.checkpoint.LoopCheckpoint``: reported after each round whose gateway calls all have
+results, and a loop can start from one (a background job taken over) instead of from round 1:
+``use_checkpoints``, before it opens.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.call_runner import CallRunner
+from app.core.checkpoint import Checkpoints, LoopCheckpoint, RoundHook
 from app.core.context_window import RoundFit
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.observe import (
@@ -120,13 +124,16 @@ class ToolLoop:
         self.error: JsonObject | None = None
         self.incomplete_details: JsonObject | None = None
         self.finished = False
+        self._resumed = False
+        self._on_round: RoundHook | None = None
 
     # ------------------------------------------------------------------ public API
 
     async def open(self) -> None:
         """Start the first round now when nothing has to run before it, so that an upstream
-        that refuses the request is reported before the client's stream starts."""
-        if not self._prepared.approved:
+        that refuses the request is reported before the client's stream starts (a loop resumed
+        from a checkpoint opens its round in ``events``, where the round's input is fitted)."""
+        if not self._prepared.approved and not self._resumed:
             deadline = self._limits.round_timeout
             try:
                 async with asyncio.timeout(deadline):
@@ -138,14 +145,14 @@ class ToolLoop:
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         """The client's events for every round; sets the final state when it ends."""
-        for prelude in self._prepared.prelude:
+        for prelude in [] if self._resumed else self._prepared.prelude:  # else: in the output
             index = len(self.output)
             self.output.append(prelude.item)
             yield added_event(index, prelude.opening)
             for kind in prelude.events:
                 yield {"type": kind, "output_index": index, "item_id": prelude.item.get("id")}
             yield done_event(index, prelude.item)
-        if self._prepared.approved:
+        if self._prepared.approved and not self._resumed:
             for call, executor in self._prepared.approved:
                 call.output_index = len(self.output)
                 opened = executor.open_item(call)
@@ -155,6 +162,7 @@ class ToolLoop:
                     yield event
             async for event in self._run_calls(list(self._prepared.approved)):
                 yield event
+            await self._round_done()
         while True:
             self._round += 1
             self._runner.round = self._round
@@ -164,6 +172,37 @@ class ToolLoop:
                 yield event
             if self.finished:
                 return
+            await self._round_done()
+
+    def checkpoint(self) -> LoopCheckpoint:
+        """Where the loop stands between rounds (``core.checkpoint``)."""
+        return LoopCheckpoint(
+            output=list(self.output),
+            model_items=list(self._model_items),
+            round=self._round,
+            usage=self.usage,
+            calls_run=self._calls_run,
+            results_fed=self._results_fed,
+        )
+
+    def use_checkpoints(self, checkpoints: Checkpoints) -> None:
+        """Before ``open``: start from ``checkpoints.resume_from`` (when set) and report each
+        round's checkpoint to ``checkpoints.on_round``."""
+        self._on_round = checkpoints.on_round
+        checkpoint = checkpoints.resume_from
+        if checkpoint is None:
+            return
+        self._resumed = True
+        self.output = list(checkpoint.output)
+        self._model_items = list(checkpoint.model_items)
+        self._round = checkpoint.round
+        self.usage = checkpoint.usage
+        self._calls_run = checkpoint.calls_run
+        self._results_fed = checkpoint.results_fed
+
+    async def _round_done(self) -> None:
+        if self._on_round is not None:
+            await self._on_round(self.checkpoint())
 
     def finish(self, status: str = "incomplete") -> list[StreamEvent]:
         """Close every item still open (the response failed); returns the closing events."""

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from app.core.accumulator import ResponseAccumulator
+from app.core.checkpoint import Checkpoints
 from app.core.compact import Compactor, UpstreamView, compaction_prelude
 from app.core.compaction import CompactionCodec, has_compaction
 from app.core.context_window import ContextWindow, RoundWindow, fit_history
@@ -252,19 +253,23 @@ class ResponsesService:
         *,
         response_id: str | None = None,
         created_at: int | None = None,
+        checkpoints: Checkpoints | None = None,
     ) -> AsyncIterator[JsonObject]:
         """Start a streaming create.
 
         Raises before returning when the request is invalid or the upstream cannot start (so
         the client gets an HTTP error); afterwards every failure becomes an ``error`` event and
         ``response.failed``. ``response_id`` and ``created_at``: those a background response
-        was given when it was queued (``core.background``).
+        was given when it was queued (``core.background``), and its tool loop's checkpoints
+        (``core.checkpoint``: where to continue from, who records each new one).
         """
         response_id = response_id or new_id("resp")
         created_at = int(self._clock()) if created_at is None else created_at
         history, upstream_body, view = await self._prepare(request, headers)
         loop = await self._tool_loop(request, history, view, headers, response_id, stream=True)
         if loop is not None:
+            if checkpoints is not None:
+                loop.use_checkpoints(checkpoints)
             try:
                 await loop.open()
             except BaseException:

@@ -108,12 +108,13 @@ class SqlJobs:
     ) -> bool:
         status = str(response["status"])
         values: dict[str, Any] = {"status": status, "response": response}
-        if status in FINAL_STATUSES:
-            values["finished_at"] = now
+        if status in FINAL_STATUSES:  # a finished job is not continued: its checkpoint goes
+            values.update(finished_at=now, checkpoint=None)
         return await self._update_active(response_id, owner, values, events)
 
     async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
-        values = {"status": "cancelled", "response": response, "finished_at": now}
+        values: dict[str, Any] = {"status": "cancelled", "response": response}
+        values.update(finished_at=now, checkpoint=None)
         return await self._update_active(response_id, None, values)
 
     async def _update_active(
@@ -134,6 +135,18 @@ class SqlJobs:
             if result.rowcount and events:
                 await conn.execute(insert(background_events), _event_rows(response_id, events))
         return bool(result.rowcount)
+
+    async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
+        return await self._update_active(response_id, owner, {"checkpoint": checkpoint})
+
+    async def get_checkpoint(self, response_id: str) -> JsonObject | None:
+        async with self._db.read() as conn:
+            checkpoint = await conn.scalar(
+                select(background_jobs.c.checkpoint).where(
+                    background_jobs.c.response_id == response_id
+                )
+            )
+        return checkpoint if isinstance(checkpoint, dict) else None
 
     async def claim_lapsed(
         self, owner: str, now: float, lease_until: float, limit: int

@@ -139,6 +139,7 @@ background_jobs = Table(
     Column("attempts", Integer, nullable=False),
     Column("created_at", BigInteger, nullable=False),
     Column("finished_at", BigInteger, nullable=True),
+    Column("checkpoint", JSON, nullable=True),  # the tool loop's last (core.checkpoint)
 )
 
 Index(None, background_jobs.c.status, background_jobs.c.lease_until)

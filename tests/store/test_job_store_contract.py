@@ -161,6 +161,53 @@ async def test_a_lapsed_job_is_claimed_by_one_process_only(
     assert sorted(claimed) == sorted(job.response_id for job in jobs)
 
 
+def checkpoint(round_number: int) -> JsonObject:
+    return {
+        "version": 1,
+        "output": [{"type": "mcp_call", "id": "mcp_1", "output": "4 ✓"}],
+        "model_items": [{"type": "function_call_output", "call_id": "c1", "output": "4"}],
+        "round": round_number,
+        "sequence_number": 10 * round_number,
+    }
+
+
+async def test_only_the_owner_saves_a_checkpoint_of_an_active_job(store: Store) -> None:
+    job = new_job("a")
+    await store.add_job(job, created(job))
+    assert await store.get_checkpoint(job.response_id) is None
+
+    assert await store.save_checkpoint(job.response_id, "a", checkpoint(1))
+    assert not await store.save_checkpoint(job.response_id, "b", checkpoint(9))
+    assert await store.get_checkpoint(job.response_id) == checkpoint(1)
+    assert await store.save_checkpoint(job.response_id, "a", checkpoint(2))  # replaced
+    assert await store.get_checkpoint(job.response_id) == checkpoint(2)
+    assert await store.get_job(job.response_id) == job  # the record itself is unchanged
+    assert await store.get_checkpoint("resp_unknown") is None
+    assert not await store.save_checkpoint("resp_unknown", "a", checkpoint(1))
+
+
+async def test_a_checkpoint_survives_a_takeover_and_goes_when_the_job_ends(store: Store) -> None:
+    job = new_job("dead", lease_until=NOW - 1)
+    await store.add_job(job, created(job))
+    await store.save_checkpoint(job.response_id, "dead", checkpoint(1))
+
+    [claimed] = await store.claim_lapsed("me", NOW, NOW + 30, 10)
+    assert await store.get_checkpoint(claimed.response_id) == checkpoint(1)
+    assert not await store.save_checkpoint(job.response_id, "dead", checkpoint(2))
+    assert await store.save_checkpoint(job.response_id, "me", checkpoint(2))
+
+    done = {**job.response, "status": "completed"}
+    assert await store.update_job(job.response_id, "me", done, 9)
+    assert await store.get_checkpoint(job.response_id) is None
+    assert not await store.save_checkpoint(job.response_id, "me", checkpoint(3))  # final
+
+    other = new_job("a")
+    await store.add_job(other, created(other))
+    await store.save_checkpoint(other.response_id, "a", checkpoint(1))
+    assert await store.cancel_job(other.response_id, {**other.response, "status": "cancelled"}, 9)
+    assert await store.get_checkpoint(other.response_id) is None
+
+
 async def test_event_log_reads_in_order_after_a_number(store: Store) -> None:
     job = new_job()
     await store.add_job(job, created(job))
