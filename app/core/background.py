@@ -30,13 +30,12 @@
   Tool calls are never run twice silently. A checkpoint (``core.checkpoint``) is saved at the
   end of each round whose gateway tool calls all have results, once those results are logged,
   and records the number of the last event it covers; a restart from it re-runs the round after
-  it (upstream inference is stateless). So the rule looks at the events logged after the
-  checkpoint (after event 0 without one): when one says a gateway tool call completed or failed
-  (``response.mcp_call.completed`` …), that call had its effects and the re-run round could run
-  it again, so the job is failed with a clear error; otherwise the round is re-run. A call that
-  was interrupted before its result was logged may have started (an MCP call logs nothing when
-  it starts): it is run again if the re-run round asks for it, as a call whose process died
-  mid-call always could be.
+  it (upstream inference is stateless). Before a round's gateway calls start, the run marks its
+  last checkpoint (``START`` before the first) ``calls_started``, so a job whose process died
+  while calls could have been running is failed with a clear error, never re-run; so is one
+  whose log shows a gateway call completed or failed after its checkpoint (a second guard).
+  A job whose process died while the upstream was answering (no call started since the last
+  checkpoint) re-runs that round.
 
 Several processes on one database share jobs through the store alone; a prompter cancel signal
 or live events across processes (PostgreSQL ``LISTEN/NOTIFY``, Redis) can replace the lease-time
@@ -380,6 +379,11 @@ class BackgroundResponses:
             return "its request carried tool credentials, which the gateway never stores"
         if job.attempts > self.options.max_attempts:
             return f"it was started {self.options.max_attempts} times"
+        if checkpoint is not None and checkpoint.calls_started:
+            return (
+                "it had started tool calls after its last completed tool round, and that "
+                "round, run again, could run them twice"
+            )
         after = -1 if checkpoint is None else checkpoint.sequence_number
         while logged := await self.jobs.read_events(job.response_id, after, _READ_BATCH):
             if any(_TOOL_RAN.match(str(e.event.get("type"))) for e in logged):

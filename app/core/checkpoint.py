@@ -29,7 +29,8 @@ class LoopCheckpoint:
     """A tool loop's state after round ``round`` (0: after the approved calls that run before
     round 1). ``results_fed``: whether a tool result was fed to the model (a forced
     ``tool_choice`` is then relaxed to ``auto``). ``sequence_number``: the last logged event
-    the checkpoint covers (-1 until the job run numbers it)."""
+    the checkpoint covers (-1 until the job run numbers it). ``calls_started``: gateway tool
+    calls of the round after it have started (recorded before they start)."""
 
     output: list[JsonObject]
     model_items: list[JsonObject]
@@ -38,9 +39,15 @@ class LoopCheckpoint:
     calls_run: int = 0
     results_fed: bool = False
     sequence_number: int = -1
+    calls_started: bool = False
 
     def covering(self, sequence_number: int) -> LoopCheckpoint:
         return replace(self, sequence_number=sequence_number)
+
+    def with_calls_started(self) -> LoopCheckpoint:
+        """This checkpoint, marked: gateway tool calls of the round after it have started
+        (a restart from it could run them twice)."""
+        return replace(self, calls_started=True)
 
     def to_json(self) -> JsonObject:
         return {
@@ -52,6 +59,7 @@ class LoopCheckpoint:
             "calls_run": self.calls_run,
             "results_fed": self.results_fed,
             "sequence_number": self.sequence_number,
+            "calls_started": self.calls_started,
         }
 
     @classmethod
@@ -75,18 +83,27 @@ class LoopCheckpoint:
             calls_run=calls,
             results_fed=data.get("results_fed") is True,
             sequence_number=sequence,
+            calls_started=data.get("calls_started") is True,
         )
 
 
 # Called by the loop at the end of each round whose gateway calls all have results.
 RoundHook = Callable[[LoopCheckpoint], Awaitable[None]]
+# Awaited by the loop just before gateway tool calls start.
+CallsHook = Callable[[], Awaitable[None]]
+
+# Where a loop stands before its first round: what a run that starts calls before it has a
+# checkpoint marks as started (it is never continued from: such a job is failed).
+START = LoopCheckpoint(output=[], model_items=[], round=0)
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpoints:
     """How a tool loop uses checkpoints (a background run's; a foreground response has none
     and pays nothing): it starts from ``resume_from`` (None: from round 1) and awaits
-    ``on_round`` with each new one (None: none is made)."""
+    ``on_round`` with each new one (None: none is made), and ``before_calls`` before any
+    gateway tool call starts."""
 
     resume_from: LoopCheckpoint | None = None
     on_round: RoundHook | None = None
+    before_calls: CallsHook | None = None

@@ -21,7 +21,10 @@ A tool loop's run saves a checkpoint at the end of each round whose gateway call
 results (``core.checkpoint``): once every event up to there is logged, the loop's state and the
 number of the last of those events go to the job record (``JobStore.save_checkpoint``, refused
 like ``update_job`` when the job is no longer this run's). A run started with ``resume_from``
-(``core.background``, a job taken over) continues the loop from one.
+(``core.background``, a job taken over) continues the loop from one. Before a round's gateway
+tool calls start, the run logs what waits and marks the last checkpoint (or ``START``) with
+``calls_started``: a job taken over after that is failed rather than continued, so no call runs
+twice (one more write per tool round, background runs only).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
-from app.core.checkpoint import Checkpoints, LoopCheckpoint
+from app.core.checkpoint import START, Checkpoints, LoopCheckpoint
 from app.core.jobs import JobStore, LoggedEvent
 from app.core.ports import ResponseStore
 from app.core.response import normalize_error
@@ -88,6 +91,7 @@ class JobRun:
         self.on_done: Callable[[str], None] | None = None
         self.done = False
         self._resume_from: LoopCheckpoint | None = None
+        self._checkpoint: LoopCheckpoint | None = None  # the last one saved
 
     # ------------------------------------------------------------------ running
 
@@ -98,7 +102,7 @@ class JobRun:
         resume_from: LoopCheckpoint | None = None,
     ) -> None:
         """Run the job in a task: from the start, or from a tool loop's checkpoint."""
-        self._resume_from = resume_from
+        self._resume_from = self._checkpoint = resume_from
         self._task = asyncio.create_task(
             self._run(request, headers), name=f"background {self.response_id}"
         )
@@ -165,7 +169,9 @@ class JobRun:
                 headers,
                 response_id=self.response_id,
                 created_at=int(self.snapshot["created_at"]),
-                checkpoints=Checkpoints(self._resume_from, self._save_checkpoint),
+                checkpoints=Checkpoints(
+                    self._resume_from, self._save_checkpoint, self._calls_starting
+                ),
             )
         except GatewayError as exc:
             # A foreground client would get an HTTP error; this one gets the stream's failure.
@@ -193,18 +199,31 @@ class JobRun:
         await self._flush_all()
         if self._lost:
             return
-        covered = checkpoint.covering(self._lifecycle.next_number - 1)
-        context = self._context
         try:
-            saved = await context.jobs.save_checkpoint(
-                self.response_id, context.owner, covered.to_json()
-            )
+            await self._record(checkpoint.covering(self._lifecycle.next_number - 1))
+        except asyncio.CancelledError:
+            raise
         except Exception:  # the run goes on: a takeover would go back to the previous one
             logger.exception("saving a checkpoint failed", extra={"response_id": self.response_id})
+
+    async def _calls_starting(self) -> None:
+        """Before gateway tool calls start: the last checkpoint, marked (``core.background``
+        then never continues from it: the calls could run twice). A store error here stops
+        the run before the calls start."""
+        await self._flush_all()
+        if self._lost:
             return
+        await self._record((self._checkpoint or START).with_calls_started())
+
+    async def _record(self, checkpoint: LoopCheckpoint) -> None:
+        context = self._context
+        saved = await context.jobs.save_checkpoint(
+            self.response_id, context.owner, checkpoint.to_json()
+        )
         if not saved:
             self._lost = True  # cancelled or taken over: the run stops here
             raise asyncio.CancelledError
+        self._checkpoint = checkpoint
 
     async def _renew(self) -> None:
         context = self._context

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.call_runner import CallRunner
-from app.core.checkpoint import Checkpoints, LoopCheckpoint, RoundHook
+from app.core.checkpoint import Checkpoints, LoopCheckpoint
 from app.core.context_window import RoundFit
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
 from app.core.observe import (
@@ -125,7 +125,7 @@ class ToolLoop:
         self.incomplete_details: JsonObject | None = None
         self.finished = False
         self._resumed = False
-        self._on_round: RoundHook | None = None
+        self._checkpoints = Checkpoints()
 
     # ------------------------------------------------------------------ public API
 
@@ -187,8 +187,9 @@ class ToolLoop:
 
     def use_checkpoints(self, checkpoints: Checkpoints) -> None:
         """Before ``open``: start from ``checkpoints.resume_from`` (when set) and report each
-        round's checkpoint to ``checkpoints.on_round``."""
-        self._on_round = checkpoints.on_round
+        round's checkpoint to ``checkpoints.on_round`` (and await ``before_calls`` before
+        gateway calls start)."""
+        self._checkpoints = checkpoints
         checkpoint = checkpoints.resume_from
         if checkpoint is None:
             return
@@ -201,8 +202,9 @@ class ToolLoop:
         self._results_fed = checkpoint.results_fed
 
     async def _round_done(self) -> None:
-        if self._on_round is not None:
-            await self._on_round(self.checkpoint())
+        on_round = self._checkpoints.on_round
+        if on_round is not None:
+            await on_round(self.checkpoint())
 
     def finish(self, status: str = "incomplete") -> list[StreamEvent]:
         """Close every item still open (the response failed); returns the closing events."""
@@ -358,6 +360,9 @@ class ToolLoop:
         for call, executor in runnable:
             for kind in executor.presentation.running_events:
                 yield call_event(kind, call)
+        before_calls = self._checkpoints.before_calls
+        if runnable and before_calls is not None:
+            await before_calls()  # a background run records that calls start
         running = self._runner.start(runnable)
         try:
             for call, executor in pairs:

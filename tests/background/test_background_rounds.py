@@ -268,9 +268,9 @@ async def test_a_tool_result_logged_after_the_checkpoint_fails_the_job() -> None
     assert second.requests == []
 
 
-async def test_a_round_cut_off_before_its_results_were_logged_is_run_again() -> None:
-    """The documented limit: a call interrupted before its result was logged runs again when
-    the re-run round asks for it (an MCP call logs nothing when it starts)."""
+async def test_a_job_whose_process_died_during_a_tool_call_is_failed_not_run_again() -> None:
+    """Calls that started after the last checkpoint are marked before they start: a job whose
+    process died during one is failed, and no call runs a second time."""
     clock, tool = Clock(), CountingTool(hang_at=2)
     store = MemoryResponseStore()
     first = ScriptedUpstream([[add(2, 3, "call_1")], [add(4, 5, "call_2")]])
@@ -279,15 +279,42 @@ async def test_a_round_cut_off_before_its_results_were_logged_is_run_again() -> 
     response_id = str(queued["id"])
     async with asyncio.timeout(30):
         await tool.hanging.wait()  # round 2's call runs; round 1's checkpoint is saved
-    assert (await store.get_checkpoint(response_id))["round"] == 1
+    saved = await store.get_checkpoint(response_id)
+    assert saved["round"] == 1 and saved["calls_started"] is True
     await die(a, response_id)
 
     clock.now += LEASE * 2
     second = ScriptedUpstream([[add(4, 5, "call_3")], [text_message("5 and 9")]])
     b = gateway(store, second, FakeToolKit([tool]), "process-b", clock)
     assert await b.sweep() == 1
-    final = (await followed(b, response_id))[-1]["response"]
+    events = await followed(b, response_id)
 
-    assert final["status"] == "completed"
-    assert [i.get("output") for i in final["output"]] == ["5", "9", None]
-    assert tool.calls == [{"a": 2, "b": 3}, {"a": 4, "b": 5}, {"a": 4, "b": 5}]
+    assert [e["type"] for e in events[-2:]] == ["error", "response.failed"]
+    message = events[-1]["response"]["error"]["message"]
+    assert "started tool calls" in message and "twice" in message
+    assert tool.calls == [{"a": 2, "b": 3}, {"a": 4, "b": 5}]  # call 2 never a second time
+    assert second.requests == []
+
+
+async def test_a_job_whose_process_died_during_its_first_tool_call_is_failed() -> None:
+    """Before any checkpoint: the start of the first round's calls is marked too."""
+    clock, tool = Clock(), CountingTool(hang_at=1)
+    store = MemoryResponseStore()
+    first = ScriptedUpstream([[add(2, 3, "call_1")]])
+    a = gateway(store, first, FakeToolKit([tool]), "process-a", clock)
+    queued = await a.create(ParsedRequest.from_body(BODY), {})
+    response_id = str(queued["id"])
+    async with asyncio.timeout(30):
+        await tool.hanging.wait()
+    saved = await store.get_checkpoint(response_id)
+    assert saved["round"] == 0 and saved["calls_started"] is True and saved["output"] == []
+    await die(a, response_id)
+
+    clock.now += LEASE * 2
+    second = ScriptedUpstream([[add(2, 3, "call_9")], [text_message("5")]])
+    b = gateway(store, second, FakeToolKit([tool]), "process-b", clock)
+    assert await b.sweep() == 1
+    events = await followed(b, response_id)
+    assert events[-1]["type"] == "response.failed"
+    assert tool.calls == [{"a": 2, "b": 3}]
+    assert second.requests == []

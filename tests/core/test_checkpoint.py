@@ -20,6 +20,11 @@ def test_a_checkpoint_round_trips_through_json() -> None:
     ).covering(41)
     assert checkpoint.sequence_number == 41
     assert LoopCheckpoint.from_json(checkpoint.to_json()) == checkpoint
+    marked = checkpoint.with_calls_started()
+    assert marked.calls_started and not checkpoint.calls_started
+    assert LoopCheckpoint.from_json(marked.to_json()) == marked
+    unmarked = {k: v for k, v in checkpoint.to_json().items() if k != "calls_started"}
+    assert LoopCheckpoint.from_json(unmarked) == checkpoint  # written before the mark existed
 
 
 @pytest.mark.parametrize(
