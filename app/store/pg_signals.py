@@ -2,14 +2,15 @@
 ``LISTEN/NOTIFY`` on the store's database, channel ``respgate_jobs``.
 
 One dedicated asyncpg connection per process (not the store's pool: a listening connection is
-held for good) both listens and sends. A task of its own owns it: it connects, ``LISTEN``s,
-then sends what ``publish`` queued, every queued signal in one round trip (``pg_notify`` over
-an array: a burst of log writes costs one statement, and PostgreSQL folds repeats sent in one
-transaction), and checks the connection every ``keepalive`` seconds when idle. When the
-connection drops (server restart, ``pg_terminate_backend``, network) it reconnects with a
-growing back-off (up to ``max_backoff``), listening again before it sends what waited; what was
-published in between is sent then, signals others sent in between are lost (the lease and the
-log poll make up for them).
+held for good; ``application_name`` ``respgate-signals-<random>``) both listens and sends. A
+task of its own owns it: it connects, ``LISTEN``s, then sends what ``publish`` queued, every
+queued signal in one round trip (``pg_notify`` over an array: a burst of log writes costs one
+statement, and PostgreSQL folds repeats sent in one transaction), and checks the connection
+every ``keepalive`` seconds when idle. When the connection drops (server restart,
+``pg_terminate_backend``, network) it reconnects with a growing back-off (up to
+``max_backoff``), listening again before it sends what waited; what was published in between is
+sent then, signals others sent in between are lost (the lease and the log poll make up for
+them).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from typing import Any
 
 import asyncpg
@@ -46,6 +48,8 @@ class PostgresJobSignals:
         self, database_url: str, *, keepalive: float = 30.0, max_backoff: float = 5.0
     ) -> None:
         self._dsn = asyncpg_dsn(database_url)
+        # Its connection's application_name (pg_stat_activity).
+        self.application_name = f"respgate-signals-{uuid.uuid4().hex[:12]}"
         self._keepalive = keepalive
         self._max_backoff = max_backoff
         self._receivers: list[SignalReceiver] = []
@@ -92,7 +96,9 @@ class PostgresJobSignals:
         backoff = 0.1
         while True:
             try:
-                connection: Any = await asyncpg.connect(self._dsn)
+                connection: Any = await asyncpg.connect(
+                    self._dsn, server_settings={"application_name": self.application_name}
+                )
             except Exception as exc:
                 logger.warning("job signals: cannot connect to PostgreSQL: %s", exc)
                 await asyncio.sleep(backoff)
