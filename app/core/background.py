@@ -272,7 +272,9 @@ class BackgroundResponses:
                     last = entry.sequence_number
                     if is_terminal(entry.event):
                         return
-                if logged:
+                if logged:  # more waiting (a whole batch, or a signal came): read on
+                    if len(logged) < _READ_BATCH and not woken.is_set():
+                        await wait_at_most(woken, self._poll)
                     continue
                 job = await self.jobs.get_job(response_id)
                 if job is None or (not job.active and settled):
