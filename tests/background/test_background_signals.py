@@ -162,3 +162,18 @@ async def test_a_follower_and_a_cancel_on_another_process_take_effect_at_once(
         assert b.upstream.requests == []  # B ran nothing
         job = await a.store.get_job(response_id)
         assert job is not None and job.status == "cancelled"
+
+
+async def test_deleting_a_job_on_another_process_stops_its_run_at_once(database: str) -> None:
+    async with gateway(database, "postgres") as a, gateway(database, "postgres") as b:
+        body = {"model": "m", "input": "hi", "background": True}
+        queued = await a.background.create(ParsedRequest.from_body(body), {})
+        response_id = str(queued["id"])
+        await asyncio.wait_for(a.upstream.opened.wait(), DEADLINE)
+        deleted = await b.background.delete(response_id)
+        assert deleted["deleted"] is True
+        # A's run stopped on B's signal (its lease, 2 minutes, was not renewed meanwhile).
+        await asyncio.wait_for(a.upstream.dripping[0].closed.wait(), DEADLINE)
+        await until(lambda: response_id not in a.background._runs)
+        assert await a.store.get_job(response_id) is None
+        assert await a.store.read_events(response_id, -1, 10) == []
