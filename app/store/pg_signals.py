@@ -33,9 +33,15 @@ _NOTIFY = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload"
 _MAX_QUEUED = 10_000
 
 
+# Query keys of the store's URL that are SQLAlchemy's options, not the server's (asyncpg would
+# send them as server settings).
+_SQLALCHEMY_KEYS = ("prepared_statement_cache_size", "async_fallback")
+
+
 def asyncpg_dsn(database_url: str) -> str:
     """A ``postgresql+asyncpg://`` URL as asyncpg's DSN (``postgresql://``)."""
     url = make_url(database_url).set(drivername="postgresql")
+    url = url.difference_update_query(_SQLALCHEMY_KEYS)
     return url.render_as_string(hide_password=False)
 
 

@@ -43,3 +43,10 @@ def test_auto_is_redis_then_postgres_then_this_process() -> None:
 def test_settings_that_cannot_work_are_refused(values: dict[str, str], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         Settings(**values)  # type: ignore[arg-type]
+
+
+def test_the_listening_connection_gets_the_store_url_without_sqlalchemy_options() -> None:
+    from app.store.pg_signals import asyncpg_dsn
+
+    url = "postgresql+asyncpg://u:secret@db:5433/gw?prepared_statement_cache_size=0&sslmode=require"
+    assert asyncpg_dsn(url) == "postgresql://u:secret@db:5433/gw?sslmode=require"
