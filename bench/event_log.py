@@ -9,8 +9,9 @@ would have) reads them through ``BackgroundResponses.stream`` (the log, read aga
 signal, polled otherwise). Each event carries the writer's ``perf_counter`` (one process: one
 clock); the follower's lag is its receive time minus that.
 
-Modes: ``max`` (the writer produces as fast as it can: events/s through the log) and ``paced``
-(``--rate`` events/s, like a model streaming tokens: the follower's lag p50/p99).
+Modes: ``max`` (the writer produces as fast as it can: events/s logged, and events/s until the
+follower has the last one) and ``paced`` (``--rate`` events/s, like a model streaming tokens:
+the follower's lag p50/p99).
 
     python bench/event_log.py                       # SQLite and PostgreSQL, every signal kind
     python bench/event_log.py --events 5000 --rate 500 --backends postgres --signals postgres
@@ -179,8 +180,10 @@ async def one_run(
                     lags.append(time.perf_counter() - float(event["t"]))
 
         reading = asyncio.create_task(follow())
+        began = time.perf_counter()
         seconds = await write(jobs, response_id, args.events, rate)
         await asyncio.wait_for(reading, 60)
+        followed = time.perf_counter() - began
     finally:
         await follower.aclose()
         for signals in {id(s): s for s in (writer_signals, reader_signals) if s}.values():
@@ -190,6 +193,7 @@ async def one_run(
     lags.sort()
     return {
         "events_per_s": (args.events + 1) / seconds,
+        "followed_per_s": (args.events + 1) / followed,
         "lag_p50_ms": 1000 * statistics.median(lags),
         "lag_p99_ms": 1000 * lags[min(len(lags) - 1, int(len(lags) * 0.99))],
         "received": len(lags),
@@ -206,8 +210,11 @@ async def main() -> None:
     parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     args = parser.parse_args()
     print(f"{args.events} events; paced at {args.rate:g}/s\n")
-    print("| store | signals | mode | events/s | follower lag p50 | p99 | received |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| store | signals | mode | logged events/s | followed events/s | follower lag p50 "
+        "| p99 | received |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     for backend in args.backends.split(","):
         async with database(backend, args.postgres) as url:
             for kind in args.signals.split(","):
@@ -217,6 +224,7 @@ async def main() -> None:
                     r = await one_run(url, kind, args, rate)
                     print(
                         f"| {backend} | {kind} | {mode} | {r['events_per_s']:,.0f} | "
+                        f"{r['followed_per_s']:,.0f} | "
                         f"{r['lag_p50_ms']:.1f} ms | {r['lag_p99_ms']:.1f} ms | "
                         f"{r['received']:.0f} |",
                         flush=True,
