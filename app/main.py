@@ -51,6 +51,7 @@ from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
+from app.store.signals import open_job_signals
 from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
 from app.tool_engines import build_tool_engines
@@ -311,17 +312,27 @@ def loop_limits(settings: Settings) -> LoopLimits:
 
 
 async def start_background(
-    settings: Settings, service: ResponsesService, store: ResponseStore
+    settings: Settings,
+    service: ResponsesService,
+    store: ResponseStore,
+    stack: contextlib.AsyncExitStack,
 ) -> BackgroundResponses | None:
-    """Background responses on the store's job records (None when the store keeps none), after
-    taking over the jobs whose process stopped."""
+    """Background responses on the store's job records (None when the store keeps none), with
+    the job signals the settings ask for, after taking over the jobs whose process stopped;
+    closed by ``stack``."""
     if not isinstance(store, JobStore):
         return None
     options = BackgroundOptions(
         lease_seconds=settings.background_lease_seconds,
         event_retention_seconds=settings.background_event_retention_minutes * 60,
     )
-    background = BackgroundResponses(service, store, options)
+    signals = open_job_signals(
+        settings.job_signals, settings.resolved_database_url(), settings.redis_url
+    )
+    if signals is not None:
+        stack.push_async_callback(signals.aclose)
+    background = BackgroundResponses(service, store, options, signals=signals)
+    stack.push_async_callback(background.aclose)
     await background.start()
     return background
 
@@ -367,9 +378,7 @@ def create_app(
                 tool_events=events,
             )
             service.compactor = Compactor(active, active_store, compaction_codec(settings))
-            background = await start_background(settings, service, active_store)
-            if background is not None:
-                stack.push_async_callback(background.aclose)
+            background = await start_background(settings, service, active_store, stack)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,

@@ -151,6 +151,13 @@ class Settings(BaseSettings):
     # background response are kept for ``GET /v1/responses/{id}?stream=true``.
     background_lease_seconds: float = Field(default=30.0, gt=0)
     background_event_retention_minutes: float = Field(default=10.0, gt=0)
+    # How gateway processes on one database tell each other about background jobs at once (a
+    # cancel reaches the process running the job; a stream follower on another process wakes
+    # on each event logged): "auto" is "redis" when redis_url is set, else "postgres" on a
+    # PostgreSQL store, else in-process only; "none" turns them off.
+    job_signals: Literal["auto", "postgres", "redis", "none"] = "auto"
+    # A Redis server for the job signals (pub/sub): `pip install 'respgate[redis]'`.
+    redis_url: str | None = None
 
     # The key that signs compaction items (POST /v1/responses/compact; app.core.compaction): at
     # least 16 characters, never logged nor echoed. None: a random key kept in
@@ -219,6 +226,16 @@ class Settings(BaseSettings):
         named = [t.namespace for t in self.tool_sets]
         placed = {t.mcp_server for t in self.tool_sets}
         return [*named, *(s.label for s in self.mcp.servers if s.label not in placed)]
+
+    @model_validator(mode="after")
+    def _job_signals_are_usable(self) -> Self:
+        if self.job_signals == "redis" and not self.redis_url:
+            raise ValueError("job_signals 'redis' needs redis_url (redis://host:6379/0)")
+        if self.job_signals == "postgres" and not self.resolved_database_url().startswith(
+            "postgresql"
+        ):
+            raise ValueError("job_signals 'postgres' needs a PostgreSQL database_url")
+        return self
 
     @model_validator(mode="after")
     def _tool_sets_are_consistent(self) -> Self:

@@ -9,13 +9,16 @@
   (queued, in progress, failed, cancelled): every poll is a whole Response object.
 - ``stream`` (``GET ...?stream=true&starting_after=N``) replays the logged events after N and
   follows the live ones until the terminal event: from the run when this process runs it, else
-  by reading the log every ``poll_interval`` (another process runs it). A response that was not
-  created in background answers OpenAI's 400; one whose log was purged (retention) says so.
+  by reading the log (another process runs it) whenever an ``events`` signal about it comes
+  (``core.job_signals``), and at the latest every ``poll_interval`` (``signalled_poll_interval``
+  when signals reach other processes). A response that was not created in background answers
+  OpenAI's 400; one whose log was purged (retention) says so.
 - ``cancel`` stops this process's run (the task: the upstream request and running tool calls),
   marks the job ``cancelled`` (compare-and-set: a job that finished first stays as it is, and is
   returned unchanged), deletes a response row the run stored just before it stopped, and logs
-  the terminal event. A job another process runs is marked the same way; that process sees it at
-  its next lease renewal (within a third of the lease) and stops its run.
+  the terminal event. A job another process runs is marked the same way, then a ``cancelled``
+  signal tells that process, which stops its run at once (without signals, or if the signal is
+  lost: at its next lease renewal, within a third of the lease). ``delete`` signals the same.
 - ``sweep`` (at ``start`` and every ``sweep_interval``) takes over jobs whose lease lapsed (their
   process died or stalled) and purges the event logs of jobs finished more than the retention
   period ago. A job taken over is, in order: finished from its stored response when its run had
@@ -37,9 +40,9 @@
   A job whose process died while the upstream was answering (no call started since the last
   checkpoint) re-runs that round.
 
-Several processes on one database share jobs through the store alone; a prompter cancel signal
-or live events across processes (PostgreSQL ``LISTEN/NOTIFY``, Redis) can replace the lease-time
-cancel check and the log polling without changing this module's API.
+Several processes on one database share jobs through the store; the signals (PostgreSQL
+``LISTEN/NOTIFY``, Redis pub/sub) only make them prompt: every log write publishes ``events``
+(``SignalledJobs``), every cancel and delete ``cancelled``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from dataclasses import dataclass
 from app.core.checkpoint import LoopCheckpoint
 from app.core.ids import new_id
 from app.core.job_runner import JobContext, JobRun, is_terminal
+from app.core.job_signals import CANCELLED, JobSignalling, JobSignals, SignalledJobs, wait_at_most
 from app.core.jobs import BackgroundJob, JobStore, LoggedEvent
 from app.core.response import ResponseOutcome, build_response
 from app.core.service import ResponsesService
@@ -85,14 +89,16 @@ class BackgroundOptions:
     """``lease_seconds``: how long a job stays its process's without a renewal (renewed every
     third of it); ``event_retention_seconds``: how long the events of a finished job are kept;
     ``sweep_interval``: how often lapsed jobs are looked for (default half the lease);
-    ``poll_interval``: how often a follower reads the log of a job another process runs;
-    ``max_attempts``: how many times a job may be started."""
+    ``poll_interval``: how often a follower reads the log of a job another process runs, and
+    ``signalled_poll_interval`` the same when signals reach other processes (a fallback: a
+    signal wakes it first); ``max_attempts``: how many times a job may be started."""
 
     lease_seconds: float = 30.0
     event_retention_seconds: float = 600.0
     sweep_interval: float | None = None
     poll_interval: float = 0.25
     max_attempts: int = 3
+    signalled_poll_interval: float = 2.0
 
 
 def process_owner() -> str:
@@ -111,8 +117,13 @@ class BackgroundResponses:
         *,
         owner: str | None = None,
         clock: Callable[[], float] = time.time,
+        signals: JobSignals | None = None,
     ) -> None:
+        """``signals``: the job signals of the processes on this database (None: none; the
+        caller opens and closes them)."""
         self.options = options or BackgroundOptions()
+        if signals is not None:
+            jobs = SignalledJobs(jobs, signals)
         self.jobs = jobs
         self._service = service
         self._context = JobContext(
@@ -126,6 +137,10 @@ class BackgroundResponses:
         self._clock = clock
         self._runs: dict[str, JobRun] = {}
         self._sweeper: asyncio.Task[None] | None = None
+        self._signalling = JobSignalling(signals, self._runs)
+        spans = signals is not None and signals.spans_processes
+        options = self.options
+        self._poll = options.signalled_poll_interval if spans else options.poll_interval
 
     @property
     def owner(self) -> str:
@@ -134,7 +149,9 @@ class BackgroundResponses:
     # ------------------------------------------------------------------ lifetime
 
     async def start(self) -> None:
-        """Take over what lapsed now, then sweep every ``sweep_interval``."""
+        """Listen to the job signals, take over what lapsed now, then sweep every
+        ``sweep_interval``."""
+        await self._signalling.start()
         await self.sweep()
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="background sweep")
 
@@ -145,6 +162,7 @@ class BackgroundResponses:
             self._sweeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._sweeper
+        await self._signalling.aclose()
         for run in list(self._runs.values()):
             await run.stop()
             await self.jobs.renew_lease(run.response_id, self.owner, 0.0)
@@ -254,30 +272,35 @@ class BackgroundResponses:
                 last = int(event["sequence_number"])
                 if is_terminal(event):
                     return
-        # Run by another process, or this run ended without its terminal event: the log.
+        # Run by another process, or this run ended without its terminal event: the log, read
+        # again on each signal about the job (woken: set after the read began).
         settled = False
-        while True:
-            logged = await self.jobs.read_events(response_id, last, _READ_BATCH)
-            for entry in logged:
-                yield entry.event
-                last = entry.sequence_number
-                if is_terminal(entry.event):
-                    return
-            if logged:
-                continue
-            job = await self.jobs.get_job(response_id)
-            if job is None or (not job.active and settled):
-                return
-            settled = not job.active  # one more read: the terminal event may be on its way
-            local = self._runs.get(response_id)
-            if local is not None:
-                async for event in local.follow(last):
-                    yield event
-                    last = int(event["sequence_number"])
-                    if is_terminal(event):
+        with self._signalling.watch(response_id) as woken:
+            while True:
+                woken.clear()
+                logged = await self.jobs.read_events(response_id, last, _READ_BATCH)
+                for entry in logged:
+                    yield entry.event
+                    last = entry.sequence_number
+                    if is_terminal(entry.event):
                         return
-                continue
-            await asyncio.sleep(self.options.poll_interval)
+                if logged:  # more waiting (a whole batch, or a signal came): read on
+                    if len(logged) < _READ_BATCH and not woken.is_set():
+                        await wait_at_most(woken, self._poll)
+                    continue
+                job = await self.jobs.get_job(response_id)
+                if job is None or (not job.active and settled):
+                    return
+                settled = not job.active  # one more read: the terminal event may be on its way
+                local = self._runs.get(response_id)
+                if local is not None:
+                    async for event in local.follow(last):
+                        yield event
+                        last = int(event["sequence_number"])
+                        if is_terminal(event):
+                            return
+                    continue
+                await wait_at_most(woken, self._poll)
 
     # ------------------------------------------------------------------ cancel
 
@@ -304,6 +327,8 @@ class BackgroundResponses:
         else:
             closing = await self._after_last(response_id, lambda lc: [lc.closing(cancelled)])
             await self.jobs.append_events(response_id, closing)
+            # After the closing event: the owner stops without logging after it.
+            self._signalling.publish(CANCELLED, response_id)
         return cancelled
 
     async def _after_last(
@@ -323,6 +348,8 @@ class BackgroundResponses:
         had_job = await self.jobs.delete_job(response_id)
         if run is not None:
             await run.release()
+        elif had_job:
+            self._signalling.publish(CANCELLED, response_id)
         try:
             return await self._service.delete(response_id)
         except NotFoundError:

@@ -117,6 +117,23 @@ class JobRun:
                 await task
         await self._flush_all()  # what it produced before it stopped is logged
 
+    async def stop_if_lost(self) -> None:
+        """On a ``cancelled`` signal (``core.job_signals``): read the job's record, and when it
+        is no longer this run's (cancelled, deleted, taken over) stop the work at once, as a
+        refused renewal does, logging nothing more (the canceller logged the closing event)."""
+        context = self._context
+        try:
+            job = await context.jobs.get_job(self.response_id)
+        except Exception:  # the renewal checks again
+            logger.exception("checking background job %s failed", self.response_id)
+            return
+        if job is not None and job.active and job.owner == context.owner:
+            return
+        logger.info("background job %s was stopped elsewhere: stopping", self.response_id)
+        self._lost = True
+        if self._task is not None and not self._stopping:
+            self._task.cancel()
+
     async def close_with(self, response: JsonObject) -> None:
         """After ``stop``: log the terminal event of a response that ended outside the run
         (cancelled)."""

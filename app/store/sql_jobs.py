@@ -216,11 +216,13 @@ class SqlJobs:
 
     async def delete_job(self, response_id: str) -> bool:
         async with self._db.write() as conn:
-            await conn.execute(
-                delete(background_events).where(background_events.c.response_id == response_id)
-            )
+            # The job first: its row lock waits for a write of its owner under way (PostgreSQL),
+            # so the events that write logs are there to be deleted next, not left behind.
             result = await conn.execute(
                 delete(background_jobs).where(background_jobs.c.response_id == response_id)
+            )
+            await conn.execute(
+                delete(background_events).where(background_events.c.response_id == response_id)
             )
         return bool(result.rowcount)
 
