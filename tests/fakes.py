@@ -182,6 +182,12 @@ class MemoryJobs:
             claimed.append(copy.deepcopy(job))
         return claimed
 
+    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
+        if self._active(response_id, owner) is None:
+            return False
+        await self.append_events(response_id, events)
+        return True
+
     async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
         log = self.events.setdefault(response_id, {})
         for logged in events:

@@ -5,9 +5,10 @@ service as a foreground response is), run in a task of its own so that no client
 owns it. Its events are renumbered by one ``core.stream.ResponseLifecycle`` that continues the
 event log (number 0, ``response.created`` with status ``queued``, was logged when the job was
 queued; the service's own ``response.created`` is dropped), written to the log in batches
-(``JobStore.append_events``: every event that is waiting goes in one write, while the next
-ones wait for it), and shown to this process's followers only once logged: a client never sees
-a number that a process taking the job over could give again.
+(``JobStore.log_events``: every event that is waiting goes in one write, while the next ones
+wait for it; refused, like every write of the run, once the job is no longer its own), and
+shown to this process's followers only once logged: a client never sees a number that a
+process taking the job over, or a cancel, could give again.
 
 While it runs, the task renews its lease every third of the lease time; a renewal that is
 refused (the job was cancelled, or another process took it over after a stall) stops the run.
@@ -136,10 +137,14 @@ class JobRun:
 
     async def close_with(self, response: JsonObject) -> None:
         """After ``stop``: log the terminal event of a response that ended outside the run
-        (cancelled)."""
+        (cancelled: the job is no longer active, so the event goes in without an owner check)."""
         self.snapshot = response
-        self._queue(self._lifecycle.closing(response))
-        await self._flush_all()
+        closing = self._lifecycle.closing(response)
+        logged = LoggedEvent(int(closing["sequence_number"]), closing)
+        await self._context.jobs.append_events(self.response_id, [logged])
+        async with self._changed:
+            self.events.append(closing)
+            self._changed.notify_all()
         await self.release()
 
     async def release(self) -> None:
@@ -274,10 +279,12 @@ class JobRun:
             update, self._update = self._update, None
             logged = [LoggedEvent(int(e["sequence_number"]), e) for e in batch]
             if update is None:
-                await context.jobs.append_events(self.response_id, logged)
-            elif not await context.jobs.update_job(
-                self.response_id, context.owner, update, self._now(), logged
-            ):
+                written = await context.jobs.log_events(self.response_id, context.owner, logged)
+            else:
+                written = await context.jobs.update_job(
+                    self.response_id, context.owner, update, self._now(), logged
+                )
+            if not written:
                 self._lost = True
                 task = self._task
                 if task is not None and not task.done() and not self._stopping:

@@ -113,6 +113,12 @@ class SignalledJobs:
         if events:
             self._signals.publish(EVENTS, response_id)
 
+    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
+        logged = await self._jobs.log_events(response_id, owner, events)
+        if logged and events:
+            self._signals.publish(EVENTS, response_id)
+        return logged
+
     async def update_job(
         self,
         response_id: str,

@@ -119,8 +119,15 @@ class JobStore(Protocol):
         claimed by one caller only (its ``attempts`` counted up), returned as claimed."""
         ...
 
+    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
+        """Log ``owner``'s events while the job is active and ``owner``'s, in one transaction
+        with that check (on PostgreSQL it locks the job row, so a cancel made meanwhile waits
+        for it, or refuses it); False, and nothing written, otherwise."""
+        ...
+
     async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
-        """Add events to the log (their sequence numbers are new for this response)."""
+        """Add events to the log (their sequence numbers are new for this response), without
+        an owner check: for the closing event of whoever ended the job (a cancel)."""
         ...
 
     async def read_events(self, response_id: str, after: int, limit: int) -> list[LoggedEvent]:

@@ -136,6 +136,11 @@ class SqlJobs:
                 await conn.execute(insert(background_events), _event_rows(response_id, events))
         return bool(result.rowcount)
 
+    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
+        # A no-op update: it checks the owner and locks the row for the inserts.
+        touch: dict[str, Any] = {"owner": background_jobs.c.owner}
+        return await self._update_active(response_id, owner, touch, events)
+
     async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
         return await self._update_active(response_id, owner, {"checkpoint": checkpoint})
 

@@ -127,6 +127,52 @@ async def test_cancel_an_active_job_whoever_owns_it(store: Store) -> None:
     assert not await store.cancel_job("resp_unknown", cancelled, 7)
 
 
+async def test_only_the_owner_logs_events_of_an_active_job(store: Store) -> None:
+    job = new_job("a")
+    await store.add_job(job, created(job))
+
+    assert not await store.log_events(job.response_id, "b", events(1))
+    assert await store.log_events(job.response_id, "a", events(1, 2))
+    assert not await store.log_events("resp_unknown", "a", events(1))
+    cancelled = {**job.response, "status": "cancelled"}
+    assert await store.cancel_job(job.response_id, cancelled, 5)
+    # once cancelled, the owner's late batch is refused; the canceller's closing event is not
+    assert not await store.log_events(job.response_id, "a", events(3))
+    await store.append_events(job.response_id, events(3))
+    assert [e.sequence_number for e in await store.read_events(job.response_id, -1, 10)] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+
+
+async def test_a_cancel_racing_the_owners_log_writes_never_reuses_a_number(store: Store) -> None:
+    """The owner logs batch after batch while another process cancels and logs the closing
+    event after the last logged one: every write either lands before the cancel or is
+    refused, so the closing event's number is always free."""
+    for _ in range(10):
+        job = new_job("a")
+        await store.add_job(job, created(job))
+
+        async def owner(job: BackgroundJob = job) -> None:
+            number = 1
+            while await store.log_events(job.response_id, "a", events(number, number + 1)):
+                number += 2
+                await asyncio.sleep(0)
+
+        async def canceller(job: BackgroundJob = job) -> None:
+            await asyncio.sleep(0.002)
+            assert await store.cancel_job(job.response_id, {**job.response, "status": "x"}, 5)
+            last = await store.last_sequence_number(job.response_id)
+            assert last is not None
+            await store.append_events(job.response_id, events(last + 1))
+
+        await asyncio.gather(owner(), canceller())
+        logged = [e.sequence_number for e in await store.read_events(job.response_id, -1, 10**4)]
+        assert logged == list(range(len(logged)))
+
+
 async def test_claim_lapsed_takes_only_active_jobs_whose_lease_ended(store: Store) -> None:
     lapsed = new_job("dead", lease_until=NOW - 1)
     alive = new_job("alive", lease_until=NOW + 30)
