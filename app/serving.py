@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from sse_starlette.sse import AppStatus
 
 
 class CallerSignalsServer(uvicorn.Server):
@@ -24,14 +26,26 @@ class CallerSignalsServer(uvicorn.Server):
         yield
 
 
+# Open requests and streams may run this long after SIGTERM (``drain_timeout_seconds``).
+DEFAULT_DRAIN_SECONDS = 10.0
+
+
 def make_server(
-    app: Any, log_level: str, *, access_log: bool = False, **options: Any
+    app: Any,
+    log_level: str,
+    *,
+    access_log: bool = False,
+    drain_timeout: float = DEFAULT_DRAIN_SECONDS,
+    **options: Any,
 ) -> uvicorn.Server:
+    """A uvicorn server for ``app``. On a stop it closes its listening socket at once, lets open
+    requests and streams finish for ``drain_timeout`` seconds, cuts what is left, then runs the
+    application's shutdown (which hands background jobs back)."""
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
         access_log=access_log,
-        timeout_graceful_shutdown=10,
+        timeout_graceful_shutdown=math.ceil(drain_timeout),
         **options,
     )
     return CallerSignalsServer(config)
@@ -54,6 +68,9 @@ async def serve_together(
     started (False: one failed its start-up, and uvicorn logged why).
     """
     loop = asyncio.get_running_loop()
+    # sse-starlette ends every open stream as soon as uvicorn is told to stop; here a stream
+    # finishes within the drain instead (uvicorn cuts it when the drain timeout lapses).
+    AppStatus.enable_automatic_graceful_drain = False
 
     def stop() -> None:
         for server, _ in servers:
