@@ -17,9 +17,14 @@ from typing import Any
 import uvicorn
 from sse_starlette.sse import AppStatus
 
+from app.api.drain import cut_open_streams
+
 
 class CallerSignalsServer(uvicorn.Server):
-    """A uvicorn server that leaves SIGINT/SIGTERM to its caller (:func:`serve_together`)."""
+    """A uvicorn server that leaves SIGINT/SIGTERM to its caller (:func:`serve_together`).
+    ``drain_timeout``: when open SSE streams are cut after a stop (``app.api.drain``)."""
+
+    drain_timeout: float | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -28,6 +33,8 @@ class CallerSignalsServer(uvicorn.Server):
 
 # Open requests and streams may run this long after SIGTERM (``drain_timeout_seconds``).
 DEFAULT_DRAIN_SECONDS = 10.0
+# Once the drain lapsed: how long the cut streams have to send their closing events.
+CUT_GRACE_SECONDS = 2.0
 
 
 def make_server(
@@ -45,10 +52,13 @@ def make_server(
         app,
         log_level=log_level.lower(),
         access_log=access_log,
-        timeout_graceful_shutdown=math.ceil(drain_timeout),
+        # uvicorn cancels what still runs then: a little after the streams were cut.
+        timeout_graceful_shutdown=math.ceil(drain_timeout + CUT_GRACE_SECONDS),
         **options,
     )
-    return CallerSignalsServer(config)
+    server = CallerSignalsServer(config)
+    server.drain_timeout = drain_timeout
+    return server
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
@@ -72,9 +82,15 @@ async def serve_together(
     # finishes within the drain instead (uvicorn cuts it when the drain timeout lapses).
     AppStatus.enable_automatic_graceful_drain = False
 
+    cut: list[asyncio.TimerHandle] = []
+
     def stop() -> None:
         for server, _ in servers:
             server.should_exit = True
+        drains = [s.drain_timeout for s, _ in servers if isinstance(s, CallerSignalsServer)]
+        timeouts = [t for t in drains if t is not None]
+        if timeouts and not cut:
+            cut.append(loop.call_later(min(timeouts), cut_open_streams))
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop)
@@ -88,6 +104,8 @@ async def serve_together(
         await asyncio.gather(*tasks)
         return started
     finally:
+        for handle in cut:
+            handle.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 

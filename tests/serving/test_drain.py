@@ -1,0 +1,182 @@
+"""A real ``respgate serve`` stopped with SIGTERM: it refuses new connections at once, lets an
+open stream finish within the drain timeout (or ends it with ``response.failed`` when the
+timeout lapses), hands its background jobs back (lease released: another gateway on the same
+PostgreSQL takes them over at its next sweep) and exits 0."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from app.main import create_app
+from app.settings import Settings
+from app.store.migrate import upgrade_to_head
+from tests.background.test_background_api import wait_for_status
+from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
+from tests.postgres import run_in_thread, throwaway_database
+from tests.serving.upstreams import HeldUpstream
+
+# Generous: the tests prove the mechanism (the stream finished, the process exited), not a time.
+DEADLINE = 60.0
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL database at the head revision (skips without PostgreSQL)."""
+    with throwaway_database("respgate_drain") as url:
+        run_in_thread(lambda: upgrade_to_head(url))
+        yield url
+
+
+def write_config(tmp_path: Path, upstream: str, **keys: Any) -> Path:
+    """A TOML file with ``upstream_url``, ``data_dir`` and ``keys``."""
+    keys = {"upstream_url": upstream, "data_dir": str(tmp_path / "data"), **keys}
+    config = tmp_path / "gateway.toml"
+    config.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items()))
+    return config
+
+
+class StreamReader(threading.Thread):
+    """Reads one streamed create through the openai SDK, keeping the event types."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.types: list[str] = []
+        self.events: list[Any] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="sk-test", max_retries=0)
+        try:
+            with client.responses.create(model="m", input="hi", stream=True) as stream:
+                for event in stream:
+                    self.types.append(event.type)
+                    self.events.append(event)
+        except BaseException as exc:  # the test reports it
+            self.error = exc
+
+
+def refuses_connections(url: str) -> bool:
+    """Whether a new connection to ``url`` is refused, waiting up to DEADLINE for it."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(f"{url}/health", timeout=2)
+        except httpx.ConnectError:
+            return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
+def exit_status(proc: subprocess.Popen[bytes]) -> int:
+    return proc.wait(timeout=DEADLINE)
+
+
+def test_sigterm_lets_an_open_stream_finish_and_refuses_new_connections(tmp_path: Path) -> None:
+    upstream = HeldUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, drain_timeout_seconds=DEADLINE)
+        with gateway_process(config) as (url, proc):
+            reader = StreamReader(url)
+            reader.start()
+            assert upstream.held.wait(DEADLINE)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert refuses_connections(url)  # while the stream is still open
+            assert proc.poll() is None and reader.is_alive()
+            upstream.release.set()
+            reader.join(DEADLINE)
+            assert exit_status(proc) == 0
+    assert reader.error is None, reader.error
+    assert reader.types[0] == "response.created"
+    assert reader.types[-1] == "response.completed"
+    assert reader.events[-1].response.output_text == "hello from a slow stream"
+
+
+def test_a_stream_still_open_when_the_drain_lapses_ends_failed(tmp_path: Path) -> None:
+    upstream = HeldUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, drain_timeout_seconds=1)
+        with gateway_process(config) as (url, proc):
+            reader = StreamReader(url)
+            reader.start()
+            assert upstream.held.wait(DEADLINE)
+            os.kill(proc.pid, signal.SIGTERM)
+            reader.join(DEADLINE)  # the upstream is never released: the drain timeout cuts
+            assert exit_status(proc) == 0
+        upstream.release.set()
+    assert reader.error is None, reader.error
+    assert reader.types[-2:] == ["error", "response.failed"]
+    assert reader.events[-2].code == "server_shutting_down"
+    assert reader.events[-1].response.status == "failed"
+
+
+async def job_row(database_url: str, response_id: str) -> Any:
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            result = await connection.execute(
+                text(
+                    "SELECT status, owner, lease_until FROM background_jobs WHERE response_id = :id"
+                ),
+                {"id": response_id},
+            )
+            return result.one()
+    finally:
+        await engine.dispose()
+
+
+def test_sigterm_hands_a_running_background_job_to_another_gateway(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    upstream = HeldUpstream(hold_json=True)
+    lease = 120.0  # long: only the release on shutdown lets the other gateway take it early
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(
+            tmp_path,
+            upstream_url,
+            database_url=postgres_url,
+            background_lease_seconds=lease,
+            drain_timeout_seconds=DEADLINE,
+        )
+        with gateway_process(config) as (url, proc):
+            client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
+            queued = client.responses.create(model="m", input="hi", background=True)
+            assert upstream.held.wait(DEADLINE)  # the job runs in the process
+            running = run_in_thread(lambda: job_row(postgres_url, queued.id))
+            assert running.lease_until / 1000 > time.time() + lease / 2
+            os.kill(proc.pid, signal.SIGTERM)
+            assert exit_status(proc) == 0
+        released = run_in_thread(lambda: job_row(postgres_url, queued.id))
+        assert released.status in ("queued", "in_progress")
+        assert released.owner == running.owner
+        assert released.lease_until / 1000 < time.time()  # handed back, not held for 120 s
+        upstream.release.set()
+        settings = Settings(
+            upstream_url=upstream_url,
+            database_url=postgres_url,
+            data_dir=tmp_path / "data",
+            background_lease_seconds=lease,
+        )
+        with in_process(create_app(settings)) as http:  # its start-up sweep takes the job
+            done = wait_for_status(openai_client(http), queued.id, {"completed", "failed"})
+        final = run_in_thread(lambda: job_row(postgres_url, queued.id))
+    assert done.status == "completed", done
+    assert final.owner != running.owner
+    assert upstream.requests == 2  # the stopped run's request, then the takeover's
