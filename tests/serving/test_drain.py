@@ -5,49 +5,22 @@ PostgreSQL takes them over at its next sweep) and exits 0."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
-import pytest
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
 from app.main import create_app
 from app.settings import Settings
-from app.store.migrate import upgrade_to_head
 from tests.background.test_background_api import wait_for_status
 from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
-from tests.postgres import run_in_thread, throwaway_database
-from tests.serving.upstreams import HeldUpstream
-
-# Generous: the tests prove the mechanism (the stream finished, the process exited), not a time.
-DEADLINE = 60.0
-
-
-@pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A throwaway PostgreSQL database at the head revision (skips without PostgreSQL)."""
-    with throwaway_database("respgate_drain") as url:
-        run_in_thread(lambda: upgrade_to_head(url))
-        yield url
-
-
-def write_config(tmp_path: Path, upstream: str, **keys: Any) -> Path:
-    """A TOML file with ``upstream_url``, ``data_dir`` and ``keys``."""
-    keys = {"upstream_url": upstream, "data_dir": str(tmp_path / "data"), **keys}
-    config = tmp_path / "gateway.toml"
-    config.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items()))
-    return config
+from tests.postgres import run_in_thread
+from tests.serving.support import DEADLINE, HeldUpstream, exit_status, job_row, write_config
 
 
 class StreamReader(threading.Thread):
@@ -83,10 +56,6 @@ def refuses_connections(url: str) -> bool:
             pass
         time.sleep(0.05)
     return False
-
-
-def exit_status(proc: subprocess.Popen[bytes]) -> int:
-    return proc.wait(timeout=DEADLINE)
 
 
 def test_sigterm_lets_an_open_stream_finish_and_refuses_new_connections(tmp_path: Path) -> None:
@@ -125,21 +94,6 @@ def test_a_stream_still_open_when_the_drain_lapses_ends_failed(tmp_path: Path) -
     assert reader.types[-2:] == ["error", "response.failed"]
     assert reader.events[-2].code == "server_shutting_down"
     assert reader.events[-1].response.status == "failed"
-
-
-async def job_row(database_url: str, response_id: str) -> Any:
-    engine = create_async_engine(database_url, poolclass=NullPool)
-    try:
-        async with engine.connect() as connection:
-            result = await connection.execute(
-                text(
-                    "SELECT status, owner, lease_until FROM background_jobs WHERE response_id = :id"
-                ),
-                {"id": response_id},
-            )
-            return result.one()
-    finally:
-        await engine.dispose()
 
 
 def test_sigterm_hands_a_running_background_job_to_another_gateway(

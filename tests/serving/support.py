@@ -1,19 +1,29 @@
-"""Scripted upstreams for the tests of real gateway processes stopped mid-request: a stream that
-holds its end until released, and JSON answers that hold until released or come at once."""
+"""For the tests of real gateway processes stopped mid-request: a scripted upstream that holds
+its answers until released, the gateway's configuration file, its job records."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.fakes import message, round_events, text_response
+
+# Generous: the tests prove the mechanism (the stream finished, the process exited), not a time.
+DEADLINE = 60.0
 
 
 class HeldUpstream:
@@ -59,3 +69,31 @@ class HeldUpstream:
                 self.held.set()
                 await self._wait_release()
             yield b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def write_config(tmp_path: Path, upstream: str, **keys: Any) -> Path:
+    """A TOML file with ``upstream_url``, ``data_dir`` and ``keys``."""
+    keys = {"upstream_url": upstream, "data_dir": str(tmp_path / "data"), **keys}
+    config = tmp_path / "gateway.toml"
+    config.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items()))
+    return config
+
+
+def exit_status(proc: subprocess.Popen[bytes]) -> int:
+    return proc.wait(timeout=DEADLINE)
+
+
+async def job_row(database_url: str, response_id: str) -> Any:
+    """The status, owner and lease_until (ms) of a background job, read from the database."""
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            result = await connection.execute(
+                text(
+                    "SELECT status, owner, lease_until FROM background_jobs WHERE response_id = :id"
+                ),
+                {"id": response_id},
+            )
+            return result.one()
+    finally:
+        await engine.dispose()
