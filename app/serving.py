@@ -1,7 +1,10 @@
 """Run uvicorn servers on sockets the CLI bound, several in one event loop if need be.
 
 ``respgate serve`` runs the gateway alone and ``respgate demo`` a replay and the gateway
-together; either way SIGINT and SIGTERM stop every server gracefully and the process exits.
+together; either way SIGINT and SIGTERM stop every server gracefully and the process exits:
+no new connection is accepted, open requests and streams finish within the drain timeout
+(then open SSE streams are cut, ``app.api.drain``; a second signal cuts them at once), and the
+application shuts down.
 """
 
 from __future__ import annotations
@@ -79,7 +82,7 @@ async def serve_together(
     """
     loop = asyncio.get_running_loop()
     # sse-starlette ends every open stream as soon as uvicorn is told to stop; here a stream
-    # finishes within the drain instead (uvicorn cuts it when the drain timeout lapses).
+    # finishes within the drain instead, and is cut when the drain lapses (app.api.drain).
     AppStatus.enable_automatic_graceful_drain = False
 
     cut: list[asyncio.TimerHandle] = []
@@ -92,8 +95,13 @@ async def serve_together(
         if timeouts and not cut:
             cut.append(loop.call_later(min(timeouts), cut_open_streams))
 
+    def on_signal() -> None:
+        if cut:  # a second signal: the open streams end now, without waiting for the drain
+            cut_open_streams()
+        stop()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(sig, on_signal)
     try:
         tasks = [asyncio.create_task(_serve(server, sock)) for server, sock in servers]
         started = await _until_started([server for server, _ in servers], tasks)

@@ -96,6 +96,23 @@ def test_a_stream_still_open_when_the_drain_lapses_ends_failed(tmp_path: Path) -
     assert reader.events[-1].response.status == "failed"
 
 
+def test_a_second_signal_cuts_open_streams_at_once(tmp_path: Path) -> None:
+    upstream = HeldUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, drain_timeout_seconds=3600)
+        with gateway_process(config) as (url, proc):
+            reader = StreamReader(url)
+            reader.start()
+            assert upstream.held.wait(DEADLINE)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert refuses_connections(url)
+            os.kill(proc.pid, signal.SIGINT)  # the drain of an hour is not waited for
+            reader.join(DEADLINE)
+            assert exit_status(proc) == 0
+        upstream.release.set()
+    assert reader.types[-2:] == ["error", "response.failed"]
+
+
 def test_sigterm_hands_a_running_background_job_to_another_gateway(
     postgres_url: str, tmp_path: Path
 ) -> None:
