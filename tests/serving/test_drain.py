@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import openai
+import pytest
 
 from app.main import create_app
 from app.settings import Settings
@@ -58,11 +59,18 @@ def refuses_connections(url: str) -> bool:
     return False
 
 
-def test_sigterm_lets_an_open_stream_finish_and_refuses_new_connections(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_lets_an_open_stream_finish_and_refuses_new_connections(
+    tmp_path: Path, workers: int, request: pytest.FixtureRequest
+) -> None:
+    """With ``--workers 2`` the supervisor gets the SIGTERM and forwards it to its workers."""
     upstream = HeldUpstream()
+    keys: dict[str, Any] = {"drain_timeout_seconds": DEADLINE}
+    if workers > 1:
+        keys["database_url"] = request.getfixturevalue("postgres_url")
     with serve_in_thread(upstream.app()) as upstream_url:
-        config = write_config(tmp_path, upstream_url, drain_timeout_seconds=DEADLINE)
-        with gateway_process(config) as (url, proc):
+        config = write_config(tmp_path, upstream_url, **keys)
+        with gateway_process(config, "--workers", str(workers)) as (url, proc):
             reader = StreamReader(url)
             reader.start()
             assert upstream.held.wait(DEADLINE)

@@ -34,6 +34,7 @@ def alive(pid: int) -> bool:
 
 def test_two_workers_serve_one_port_and_stop_together(postgres_url: str, tmp_path: Path) -> None:
     upstream = HeldUpstream()
+    upstream.release.set()  # nothing held: the jobs run through
     with serve_in_thread(upstream.app()) as upstream_url:
         config = write_config(tmp_path, upstream_url, database_url=postgres_url)
         with gateway_process(config, "--workers", "2") as (url, proc):
