@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from app.startup import (
     load_config,
     read_cassette,
 )
+from app.workers import workers_refusal
 
 DESCRIPTION = """\
 respgate gives any inference server an OpenAI Responses API endpoint. Put it in front of
@@ -82,7 +84,12 @@ def _serve(args: argparse.Namespace) -> int:
         max_body_bytes=args.max_body_bytes,
         log_level=args.log_level,
         access_log=args.access_log,
+        workers=args.workers,
+        drain_timeout_seconds=args.drain_timeout,
     )
+    refusal = workers_refusal(settings.workers, settings.resolved_database_url())
+    if refusal is not None:
+        raise StartupError(refusal)
     check_environment(settings)
     check_tool_engines(settings)
     _configure_logging(settings.log_level)
@@ -92,7 +99,12 @@ def _serve(args: argparse.Namespace) -> int:
     except BaseException:
         sock.close()
         raise
-    return _run_gateway(settings.model_copy(update={"wait_for_upstream": 0.0}), sock)
+    ready = settings.model_copy(update={"wait_for_upstream": 0.0})
+    if settings.workers == 1:
+        return _run_gateway(ready, sock)
+    from app.workers import run_workers
+
+    return run_workers(settings.workers, sock, lambda index: _run_gateway(ready, sock, index))
 
 
 def _prepare_to_serve(settings: Settings) -> None:
@@ -110,15 +122,22 @@ def _prepare_to_serve(settings: Settings) -> None:
         wait_until_ready(settings)
 
 
-def _run_gateway(settings: Settings, sock: socket.socket) -> int:
+def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = None) -> int:
+    """Serve the gateway on ``sock`` until a signal; ``worker``: its index under --workers."""
     from app.main import create_app
     from app.serving import make_server, run_servers
 
-    server = make_server(create_app(settings), settings.log_level, access_log=settings.access_log)
+    server = make_server(
+        create_app(settings),
+        settings.log_level,
+        access_log=settings.access_log,
+        drain_timeout=settings.drain_timeout_seconds,
+    )
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
+    who = f"respgate {__version__}" if worker is None else f"respgate worker {worker}"
     started = run_servers(
         [(server, sock)],
-        lambda: _announce(sock, f"respgate {__version__}, upstream {upstreams}"),
+        lambda: _announce(sock, f"{who} (pid {os.getpid()}), upstream {upstreams}"),
     )
     if not started:
         raise StartupError("the gateway did not start (the log above says why)", code=1)
@@ -248,6 +267,19 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         type=float,
         metavar="SECONDS",
         help="wait up to SECONDS for the upstream's health before accepting traffic (default 0)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="processes serving the port; more than 1 needs PostgreSQL (default 1)",
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="on SIGTERM, how long open requests and streams may finish before they are cut "
+        "(default 30)",
     )
     serve.add_argument("--max-body-bytes", type=int, help="request body limit (default 10 MiB)")
     serve.add_argument("--log-level", help="debug, info, warning, error (default info)")

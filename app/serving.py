@@ -1,40 +1,67 @@
 """Run uvicorn servers on sockets the CLI bound, several in one event loop if need be.
 
 ``respgate serve`` runs the gateway alone and ``respgate demo`` a replay and the gateway
-together; either way SIGINT and SIGTERM stop every server gracefully and the process exits.
+together; either way SIGINT and SIGTERM stop every server gracefully and the process exits:
+no new connection is accepted, open requests and streams finish within the drain timeout
+(then open SSE streams are cut, ``app.api.drain``; a second signal cuts them at once), and the
+application shuts down.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import socket
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
+from sse_starlette.sse import AppStatus
+
+from app.api.drain import cut_open_streams
 
 
 class CallerSignalsServer(uvicorn.Server):
-    """A uvicorn server that leaves SIGINT/SIGTERM to its caller (:func:`serve_together`)."""
+    """A uvicorn server that leaves SIGINT/SIGTERM to its caller (:func:`serve_together`).
+    ``drain_timeout``: when open SSE streams are cut after a stop (``app.api.drain``)."""
+
+    drain_timeout: float | None = None
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
 
 
+# Open requests and streams may run this long after SIGTERM (``drain_timeout_seconds``).
+DEFAULT_DRAIN_SECONDS = 10.0
+# Once the drain lapsed: how long the cut streams have to send their closing events.
+CUT_GRACE_SECONDS = 2.0
+
+
 def make_server(
-    app: Any, log_level: str, *, access_log: bool = False, **options: Any
+    app: Any,
+    log_level: str,
+    *,
+    access_log: bool = False,
+    drain_timeout: float = DEFAULT_DRAIN_SECONDS,
+    **options: Any,
 ) -> uvicorn.Server:
+    """A uvicorn server for ``app``. On a stop it closes its listening socket at once, lets open
+    requests and streams finish for ``drain_timeout`` seconds, cuts what is left, then runs the
+    application's shutdown (which hands background jobs back)."""
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
         access_log=access_log,
-        timeout_graceful_shutdown=10,
+        # uvicorn cancels what still runs then: a little after the streams were cut.
+        timeout_graceful_shutdown=math.ceil(drain_timeout + CUT_GRACE_SECONDS),
         **options,
     )
-    return CallerSignalsServer(config)
+    server = CallerSignalsServer(config)
+    server.drain_timeout = drain_timeout
+    return server
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket) -> None:
@@ -54,13 +81,27 @@ async def serve_together(
     started (False: one failed its start-up, and uvicorn logged why).
     """
     loop = asyncio.get_running_loop()
+    # sse-starlette ends every open stream as soon as uvicorn is told to stop; here a stream
+    # finishes within the drain instead, and is cut when the drain lapses (app.api.drain).
+    AppStatus.enable_automatic_graceful_drain = False
+
+    cut: list[asyncio.TimerHandle] = []
 
     def stop() -> None:
         for server, _ in servers:
             server.should_exit = True
+        drains = [s.drain_timeout for s, _ in servers if isinstance(s, CallerSignalsServer)]
+        timeouts = [t for t in drains if t is not None]
+        if timeouts and not cut:
+            cut.append(loop.call_later(min(timeouts), cut_open_streams))
+
+    def on_signal() -> None:
+        if cut:  # a second signal: the open streams end now, without waiting for the drain
+            cut_open_streams()
+        stop()
 
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop)
+        loop.add_signal_handler(sig, on_signal)
     try:
         tasks = [asyncio.create_task(_serve(server, sock)) for server, sock in servers]
         started = await _until_started([server for server, _ in servers], tasks)
@@ -71,6 +112,8 @@ async def serve_together(
         await asyncio.gather(*tasks)
         return started
     finally:
+        for handle in cut:
+            handle.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
 

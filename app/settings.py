@@ -136,6 +136,12 @@ class Settings(BaseSettings):
     # Size limit of one file uploaded to /v1/files (OpenAI's is 512 MB).
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, ge=1)
     wait_for_upstream: float = Field(default=0.0, ge=0)
+    # Processes serving the one listening socket (``respgate serve --workers N``); more than one
+    # needs PostgreSQL (the SQLite store has one writer, in one process).
+    workers: int = Field(default=1, ge=1, le=64)
+    # On SIGTERM/SIGINT: how long open requests and streams may run on before they are cut
+    # (no new connection is accepted meanwhile; background jobs are handed back at once).
+    drain_timeout_seconds: float = Field(default=30.0, ge=0)
 
     # The server-side tool loop.
     # Clamped to [1, 32] (core.loop.clamp_rounds).

@@ -183,14 +183,22 @@ class Server:
                 os.sched_setaffinity(int(tid), allowed)
         self.cpus = cpus
 
-    def cpu(self) -> float:
+    def pids(self) -> list[int]:
+        """The server's process and its children (``respgate serve --workers N``)."""
         assert self.proc is not None
-        return cpu_seconds(self.proc.pid)
+        pid = self.proc.pid
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as fh:
+                return [pid, *(int(child) for child in fh.read().split())]
+        except OSError:
+            return [pid]
+
+    def cpu(self) -> float:
+        return sum(cpu_seconds(pid) for pid in self.pids())
 
     def main_thread_cpu(self) -> float:
-        """CPU of the main thread alone (the event loop); the rest is worker threads."""
-        assert self.proc is not None
-        return cpu_seconds(self.proc.pid, f"/proc/{self.proc.pid}/task/{self.proc.pid}/stat")
+        """CPU of the main threads alone (the event loops); the rest is worker threads."""
+        return sum(cpu_seconds(pid, f"/proc/{pid}/task/{pid}/stat") for pid in self.pids())
 
     def tail(self, n: int = 30) -> str:
         if self.log_path is None or not self.log_path.exists():

@@ -149,6 +149,13 @@ def main() -> int:
         "response store out)",
     )
     ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="respgate serve --workers N (N > 1 needs --database-url postgresql://...)",
+    )
+    ap.add_argument("--database-url", help="the gateway's store (default: SQLite in a temp dir)")
+    ap.add_argument(
         "--ref",
         help="measure this git commit (exported with git archive to a temp dir) instead of "
         "the work tree",
@@ -196,13 +203,18 @@ def main() -> int:
             "warning",
             "--data-dir",
             data_dir,
+            "--workers",
+            str(args.workers),
         ]
+        if args.database_url:
+            cmd += ["--database-url", args.database_url]
     gateway = Server("gateway", cmd, gw_port, cpus=server_cpus)
     info = machine_info()
     print(
         f"# respgate bench: {info.get('cpus')} CPUs ({info.get('cpu_model', '?')}), "
         f"loadavg {' '.join(info.get('loadavg', []))}, {rounds} round(s) x {duration:g} s, "
-        f"pin={'on' if args.pin else 'off'}, body {args.body}"
+        f"pin={'on' if args.pin else 'off'}, body {args.body}, workers {args.workers}, "
+        f"store {args.database_url or 'SQLite'}"
         + (f", WHAT-IF patches: {args.whatif}" if args.whatif else ""),
         flush=True,
     )

@@ -116,11 +116,13 @@ def without_parsed(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def gateway_process(config: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """``respgate serve --config config`` as a real process on a free port, once it answers
-    ``/health``; yields its base URL and the process (killed afterwards if still running)."""
+def gateway_process(config: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``respgate serve --config config [options]`` as a real process on a free port, once it
+    answers ``/health``; yields its base URL and the process (killed afterwards if still
+    running)."""
     port = free_port()
     argv = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
+    argv += options
     with tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:

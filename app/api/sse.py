@@ -3,16 +3,20 @@
 Frames are encoded here (``event: <type>\\ndata: <json>\\n\\n``) as bytes, which sse-starlette
 writes unchanged; the stream ends with ``data: [DONE]``. The events come from
 ``ResponsesService.open_stream``, which already turns any failure after the start into an
-``error`` event and ``response.failed``; this layer adds nothing but framing.
+``error`` event and ``response.failed``; this layer adds framing, and the closing events of a
+stream cut when the process's drain lapses (``app.api.drain``).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
 from sse_starlette import EventSourceResponse
+
+from app.api.drain import OPEN_STREAMS, closing_events
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
@@ -23,11 +27,32 @@ def encode_event(event: dict[str, Any]) -> bytes:
 
 
 async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    task = asyncio.current_task()
+    if task is not None:
+        OPEN_STREAMS.add(task)
+    response: dict[str, Any] | None = None
+    number = 0
     try:
-        async for event in events:
-            yield encode_event(event)
+        try:
+            async for event in events:
+                number = event.get("sequence_number", number - 1) + 1
+                if "response" in event:
+                    response = event["response"]
+                yield encode_event(event)
+        except asyncio.CancelledError:
+            # Cut at the end of a drain (app.api.drain): end the stream as a failure, unless
+            # the task is cancelled for another reason too (the client left, a timeout).
+            if task is None or not OPEN_STREAMS.cutting or task.uncancel() > 0:
+                raise
+            closing = closing_events(response, number)
+            for event in closing:
+                yield encode_event(event)
+            if not closing:
+                return
         yield DONE_FRAME
     finally:
+        if task is not None:
+            OPEN_STREAMS.discard(task)
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()

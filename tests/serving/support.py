@@ -1,0 +1,99 @@
+"""For the tests of real gateway processes stopped mid-request: a scripted upstream that holds
+its answers until released, the gateway's configuration file, its job records."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from tests.fakes import message, round_events, text_response
+
+# Generous: the tests prove the mechanism (the stream finished, the process exited), not a time.
+DEADLINE = 60.0
+
+
+class HeldUpstream:
+    """A Responses server. A stream sends its first half of events, then waits for ``release``
+    before the rest. A JSON request is answered at once, or, with ``hold_json``, after
+    ``release``. ``held`` is set once a request waits; every request is counted."""
+
+    def __init__(self, *, hold_json: bool = False) -> None:
+        self.hold_json = hold_json
+        self.requests = 0
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    async def _wait_release(self) -> None:
+        await asyncio.to_thread(self.release.wait, 120)
+
+    def app(self) -> Starlette:
+        async def infer(request: Request) -> Response:
+            body = await request.json()
+            self.requests += 1
+            if body.get("stream"):
+                return StreamingResponse(self._stream(), media_type="text/event-stream")
+            if self.hold_json:
+                self.held.set()
+                await self._wait_release()
+            return JSONResponse(text_response("done"))
+
+        async def health(request: Request) -> Response:
+            return Response(status_code=200)
+
+        return Starlette(
+            routes=[
+                Route("/v1/responses", infer, methods=["POST"]),
+                Route("/health", health, methods=["GET"]),
+            ]
+        )
+
+    async def _stream(self) -> AsyncIterator[bytes]:
+        events = round_events([message("hello from a slow stream")])
+        half = len(events) // 2
+        for index, event in enumerate(events):
+            if index == half:
+                self.held.set()
+                await self._wait_release()
+            yield b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+
+
+def write_config(tmp_path: Path, upstream: str, **keys: Any) -> Path:
+    """A TOML file with ``upstream_url``, ``data_dir`` and ``keys``."""
+    keys = {"upstream_url": upstream, "data_dir": str(tmp_path / "data"), **keys}
+    config = tmp_path / "gateway.toml"
+    config.write_text("".join(f"{key} = {json.dumps(value)}\n" for key, value in keys.items()))
+    return config
+
+
+def exit_status(proc: subprocess.Popen[bytes]) -> int:
+    return proc.wait(timeout=DEADLINE)
+
+
+async def job_row(database_url: str, response_id: str) -> Any:
+    """The status, owner and lease_until (ms) of a background job, read from the database."""
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            result = await connection.execute(
+                text(
+                    "SELECT status, owner, lease_until FROM background_jobs WHERE response_id = :id"
+                ),
+                {"id": response_id},
+            )
+            return result.one()
+    finally:
+        await engine.dispose()
