@@ -28,8 +28,6 @@ from tests.test_container import IMAGE_TOOLS, assert_cli_accepts
 COMPOSE = ROOT / "docker-compose.replicas.yml"
 NGINX_CONF = ROOT / "deploy" / "nginx" / "respgate.conf"
 REPLICAS = ("respgate-1", "respgate-2")
-# Settings other branches of issue 16 add (Redis cancel signalling); empty once they are in.
-PENDING_SETTINGS = {"redis_url"} - set(Settings.model_fields)
 TOOLS = {**IMAGE_TOOLS, "redis": {"redis-cli"}}
 
 
@@ -49,10 +47,14 @@ def test_compose_runs_two_replicas_of_one_gateway(services: dict[str, dict[str, 
     assert first == second, "the replicas differ only by name"
     assert first["image"] == services["respgate-migrate"]["image"]
     assert "build" in services["respgate-migrate"]
+    built = services["respgate-migrate"]
+    extras = str(built["build"]["args"]["EXTRAS"]).split(",")
+    assert "redis" in extras  # the replicas set RESPGATE_REDIS_URL: redis-py must be in the image
+    assert first["image"] == built["image"]
     assert not first.get("ports"), "replicas are reached through the proxy only"
     assert "9000" in [str(port) for port in first["expose"]]
     assert_cli_accepts(first["command"])
-    fields = set(Settings.model_fields) | PENDING_SETTINGS
+    fields = set(Settings.model_fields)
     env = first["environment"]
     for key in env:
         assert key.startswith("RESPGATE_") and key[9:].lower() in fields, key
