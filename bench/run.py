@@ -203,9 +203,9 @@ def main() -> int:
             "warning",
             "--data-dir",
             data_dir,
-            "--workers",
-            str(args.workers),
         ]
+        if args.workers != 1:  # a ref from before --workers takes no such flag
+            cmd += ["--workers", str(args.workers)]
         if args.database_url:
             cmd += ["--database-url", args.database_url]
     gateway = Server("gateway", cmd, gw_port, cpus=server_cpus)
