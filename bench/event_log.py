@@ -108,7 +108,7 @@ async def write(jobs: JobStore, response_id: str, count: int, rate: float | None
                 response = {"id": response_id, "status": "completed", "output": []}
                 await jobs.update_job(response_id, OWNER, response, int(time.time()), logged)
                 return
-            await jobs.append_events(response_id, logged)
+            await jobs.log_events(response_id, OWNER, logged)  # as a run logs: owner-checked
             if pending:
                 wake.set()
 
