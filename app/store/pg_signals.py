@@ -24,13 +24,11 @@ from typing import Any
 import asyncpg
 from sqlalchemy.engine import make_url
 
-from app.core.job_signals import SignalKind, SignalReceiver, decode, encode
+from app.store.signal_transport import CHANNEL, SignalTransport
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "respgate_jobs"
 _NOTIFY = "SELECT pg_notify($1, payload) FROM unnest($2::text[]) AS payload"
-_MAX_QUEUED = 10_000
 
 
 # Query keys of the store's URL that are SQLAlchemy's options, not the server's (asyncpg would
@@ -45,43 +43,19 @@ def asyncpg_dsn(database_url: str) -> str:
     return url.render_as_string(hide_password=False)
 
 
-class PostgresJobSignals:
+class PostgresJobSignals(SignalTransport):
     """Job signals on one PostgreSQL database (see the module docstring)."""
 
-    spans_processes = True
+    server_name = "PostgreSQL"
 
     def __init__(
         self, database_url: str, *, keepalive: float = 30.0, max_backoff: float = 5.0
     ) -> None:
+        super().__init__(keepalive=keepalive, max_backoff=max_backoff)
         self._dsn = asyncpg_dsn(database_url)
         # Its connection's application_name (pg_stat_activity).
         self.application_name = f"respgate-signals-{uuid.uuid4().hex[:12]}"
-        self._keepalive = keepalive
-        self._max_backoff = max_backoff
-        self._receivers: list[SignalReceiver] = []
-        self._queued: dict[str, None] = {}  # payloads in order, each once
-        self._wake = asyncio.Event()
-        self._listening = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._closed = False
-        self.connections = 0  # how many times it connected (tests: reconnects)
-
-    async def listen(self, receiver: SignalReceiver) -> None:
-        self._receivers.append(receiver)
-        self._ensure_running()
-        try:
-            await asyncio.wait_for(self._listening.wait(), self._keepalive)
-        except TimeoutError:  # signals come once it connects; until then the slow paths
-            logger.warning("job signals: not listening on PostgreSQL yet")
-
-    def publish(self, kind: SignalKind, response_id: str) -> None:
-        if self._closed:
-            return
-        if len(self._queued) >= _MAX_QUEUED:  # the database is away: drop the oldest
-            del self._queued[next(iter(self._queued))]
-        self._queued[encode(kind, response_id)] = None
-        self._wake.set()
-        self._ensure_running()
 
     async def aclose(self) -> None:
         self._closed = True
@@ -145,20 +119,13 @@ class PostgresJobSignals:
             if not self._queued:
                 await connection.execute("SELECT 1", timeout=self._keepalive)
                 continue
-            sending, self._queued = self._queued, {}
+            sending = self._take_queued()
             try:
-                await connection.execute(_NOTIFY, CHANNEL, list(sending), timeout=self._keepalive)
+                await connection.execute(_NOTIFY, CHANNEL, sending, timeout=self._keepalive)
             except BaseException:  # sent again once reconnected
-                self._queued = {**sending, **self._queued}
+                self._requeue(sending)
                 raise
         raise asyncpg.InterfaceError("the listening connection was closed")
 
     def _notified(self, _connection: Any, _pid: int, _channel: str, payload: str) -> None:
-        signal = decode(payload)
-        if signal is None:
-            return
-        for receiver in list(self._receivers):
-            try:
-                receiver(*signal)
-            except Exception:
-                logger.exception("job signal receiver failed")
+        self._deliver(payload)

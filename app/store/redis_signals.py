@@ -20,50 +20,23 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from app.core.job_signals import SignalKind, SignalReceiver, decode, encode
+from app.store.signal_transport import CHANNEL, SignalTransport
 
 logger = logging.getLogger(__name__)
 
-CHANNEL = "respgate_jobs"
-_MAX_QUEUED = 10_000
 
-
-class RedisJobSignals:
+class RedisJobSignals(SignalTransport):
     """Job signals on one Redis server (see the module docstring)."""
 
-    spans_processes = True
+    server_name = "Redis"
 
     def __init__(self, url: str, *, keepalive: float = 30.0, max_backoff: float = 5.0) -> None:
+        super().__init__(keepalive=keepalive, max_backoff=max_backoff)
         self.client_name = f"respgate-signals-{uuid.uuid4().hex[:12]}"
         self._client: Any = redis.Redis.from_url(
             url, decode_responses=True, client_name=self.client_name, socket_keepalive=True
         )
-        self._keepalive = keepalive
-        self._max_backoff = max_backoff
-        self._receivers: list[SignalReceiver] = []
-        self._queued: dict[str, None] = {}  # payloads in order, each once
-        self._wake = asyncio.Event()
-        self._listening = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._closed = False
-        self.connections = 0  # how many times it subscribed (tests: reconnects)
-
-    async def listen(self, receiver: SignalReceiver) -> None:
-        self._receivers.append(receiver)
-        self._ensure_running()
-        try:
-            await asyncio.wait_for(self._listening.wait(), self._keepalive)
-        except TimeoutError:  # signals come once it connects; until then the slow paths
-            logger.warning("job signals: not subscribed on Redis yet")
-
-    def publish(self, kind: SignalKind, response_id: str) -> None:
-        if self._closed:
-            return
-        if len(self._queued) >= _MAX_QUEUED:  # Redis is away: drop the oldest
-            del self._queued[next(iter(self._queued))]
-        self._queued[encode(kind, response_id)] = None
-        self._wake.set()
-        self._ensure_running()
 
     async def aclose(self) -> None:
         if self._closed:
@@ -112,16 +85,6 @@ class RedisJobSignals:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(pubsub.aclose())
 
-    def _deliver(self, payload: str) -> None:
-        signal = decode(payload)
-        if signal is None:
-            return
-        for receiver in list(self._receivers):
-            try:
-                receiver(*signal)
-            except Exception:
-                logger.exception("job signal receiver failed")
-
     # ------------------------------------------------------------------ sending
 
     async def _send_forever(self) -> None:
@@ -131,7 +94,7 @@ class RedisJobSignals:
             self._wake.clear()
             if not self._queued:
                 continue
-            sending, self._queued = self._queued, {}
+            sending = self._take_queued()
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
                     for payload in sending:
@@ -140,7 +103,7 @@ class RedisJobSignals:
                 backoff = 0.1
             except Exception as exc:
                 logger.warning("job signals: cannot publish on Redis: %s", exc)
-                self._queued = {**sending, **self._queued}
+                self._requeue(sending)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._max_backoff)
                 self._wake.set()
