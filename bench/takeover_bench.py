@@ -33,11 +33,10 @@ import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from app.store.migrate import upgrade_to_head
 from tests.fakes import message
-from tests.helpers import gateway_process, serve_in_thread
+from tests.helpers import gateway_process, responses_app, serve_in_thread
 from tests.postgres import run_in_thread, throwaway_database
 
 
@@ -69,15 +68,7 @@ class HeldUpstream:
                 {"object": "response", "status": "completed", "output": [message("done")]}
             )
 
-        async def health(request: Request) -> Response:
-            return Response(status_code=200)
-
-        return Starlette(
-            routes=[
-                Route("/v1/responses", infer, methods=["POST"]),
-                Route("/health", health, methods=["GET"]),
-            ]
-        )
+        return responses_app(infer)
 
 
 def config(folder: Path, name: str, upstream: str, database: str, lease: float) -> Path:

@@ -12,13 +12,17 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
 # The base URL of an app run by ``in_process`` (no socket: any host would do).
@@ -61,6 +65,20 @@ class _Server(uvicorn.Server):
         self.should_exit = True
         if self._loop is not None:
             self._loop.call_soon_threadsafe(self._stopped.set)
+
+
+def responses_app(infer: Callable[[Request], Awaitable[Response]]) -> Starlette:
+    """A scripted upstream: ``POST /v1/responses`` answered by ``infer``, and ``/health``."""
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200)
+
+    return Starlette(
+        routes=[
+            Route("/v1/responses", infer, methods=["POST"]),
+            Route("/health", health, methods=["GET"]),
+        ]
+    )
 
 
 @contextlib.contextmanager

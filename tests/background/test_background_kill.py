@@ -18,14 +18,13 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from app.main import create_app
 from app.settings import Settings
 from app.store.migrate import upgrade_to_head
 from tests.background.test_background_api import wait_for_status
 from tests.fakes import message
-from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
+from tests.helpers import gateway_process, in_process, openai_client, responses_app, serve_in_thread
 from tests.postgres import run_in_thread, throwaway_database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,15 +51,7 @@ class HeldUpstream:
                 {"object": "response", "status": "completed", "output": [message("done")]}
             )
 
-        async def health(request: Request) -> Response:
-            return Response(status_code=200)
-
-        return Starlette(
-            routes=[
-                Route("/v1/responses", infer, methods=["POST"]),
-                Route("/health", health, methods=["GET"]),
-            ]
-        )
+        return responses_app(infer)
 
 
 def killable_config(tmp_path: Path, upstream: str, database: str) -> Path:

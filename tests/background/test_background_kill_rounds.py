@@ -17,7 +17,6 @@ import openai
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from app.main import create_app
 from app.protocol.json_types import JsonObject
@@ -25,7 +24,7 @@ from app.settings import Settings
 from tests.background.test_background_api import events_of, wait_for_status
 from tests.background.test_background_kill import LEASE, killable_config, postgres_url
 from tests.fakes import function_call, message
-from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
+from tests.helpers import gateway_process, in_process, openai_client, responses_app, serve_in_thread
 
 __all__ = ["postgres_url"]  # the fixture: a throwaway PostgreSQL database (skips without one)
 
@@ -73,15 +72,7 @@ class TwoRoundUpstream:
                 output = [message("2 and 3 make 5")]
             return JSONResponse({"object": "response", "status": "completed", "output": output})
 
-        async def health(request: Request) -> Response:
-            return Response(status_code=200)
-
-        return Starlette(
-            routes=[
-                Route("/v1/responses", infer, methods=["POST"]),
-                Route("/health", health, methods=["GET"]),
-            ]
-        )
+        return responses_app(infer)
 
 
 def test_a_killed_gateways_tool_loop_continues_from_its_last_round(

@@ -20,12 +20,11 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
 
 from app.store.migrate import upgrade_to_head
 from tests.background.signal_transports import REDIS_URL, require_redis_sync
 from tests.fakes import message, round_events
-from tests.helpers import gateway_process, serve_in_thread
+from tests.helpers import gateway_process, responses_app, serve_in_thread
 from tests.postgres import run_in_thread, throwaway_database
 
 LEASE = 120.0
@@ -50,15 +49,7 @@ class DrippingServer:
             self.requests += 1
             return StreamingResponse(self._events(), media_type="text/event-stream")
 
-        async def health(request: Request) -> Response:
-            return Response(status_code=200)
-
-        return Starlette(
-            routes=[
-                Route("/v1/responses", infer, methods=["POST"]),
-                Route("/health", health, methods=["GET"]),
-            ]
-        )
+        return responses_app(infer)
 
     async def _events(self) -> AsyncIterator[str]:
         try:

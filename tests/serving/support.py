@@ -18,9 +18,9 @@ from sqlalchemy.pool import NullPool
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
 
 from tests.fakes import message, round_events, text_response
+from tests.helpers import responses_app
 
 # Generous: the tests prove the mechanism (the stream finished, the process exited), not a time.
 DEADLINE = 60.0
@@ -51,15 +51,7 @@ class HeldUpstream:
                 await self._wait_release()
             return JSONResponse(text_response("done"))
 
-        async def health(request: Request) -> Response:
-            return Response(status_code=200)
-
-        return Starlette(
-            routes=[
-                Route("/v1/responses", infer, methods=["POST"]),
-                Route("/health", health, methods=["GET"]),
-            ]
-        )
+        return responses_app(infer)
 
     async def _stream(self) -> AsyncIterator[bytes]:
         events = round_events([message("hello from a slow stream")])
