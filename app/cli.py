@@ -135,9 +135,10 @@ def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = N
     )
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
     who = f"respgate {__version__}" if worker is None else f"respgate worker {worker}"
+    address = sock.getsockname()[:2]
     started = run_servers(
         [(server, sock)],
-        lambda: _announce(sock, f"{who} (pid {os.getpid()}), upstream {upstreams}"),
+        lambda: _announce(address, f"{who} (pid {os.getpid()}), upstream {upstreams}"),
     )
     if not started:
         raise StartupError("the gateway did not start (the log above says why)", code=1)
@@ -176,7 +177,8 @@ def _record(args: argparse.Namespace) -> int:
     sock = bind_socket(args.host, args.port)
     app = create_record_app(args.upstream_url, args.out, args.upstream_api_key)
     what = f"recording {args.upstream_url} into {args.out}"
-    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(sock, what))
+    address = sock.getsockname()[:2]
+    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(address, what))
     return 0
 
 
@@ -189,7 +191,8 @@ def _replay(args: argparse.Namespace) -> int:
     sock = bind_socket(args.host, args.port)
     app = create_replay_app(cassette, strict=args.strict, loop=args.loop, match=args.match)
     what = f"replaying {args.cassette} ({len(cassette.turns)} turns, --match {args.match})"
-    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(sock, what))
+    address = sock.getsockname()[:2]
+    run_servers([(make_server(app, args.log_level), sock)], lambda: _announce(address, what))
     return 0
 
 
@@ -208,8 +211,10 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(options)
 
 
-def _announce(sock: socket.socket, what: str) -> None:
-    host, port = sock.getsockname()[:2]
+def _announce(address: tuple[str, int], what: str) -> None:
+    """Log where the server listens (``address`` read when the socket was bound: a worker told
+    to stop while it starts may have closed its socket already)."""
+    host, port = address
     shown = f"[{host}]" if ":" in host else host
     logger.info("%s: listening on http://%s:%s", what, shown, port)
 
