@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from abc import ABC, abstractmethod
 
 from app.core.job_signals import SignalKind, SignalReceiver, decode, encode
 
@@ -20,7 +21,7 @@ CHANNEL = "respgate_jobs"
 MAX_QUEUED = 10_000
 
 
-class SignalTransport:
+class SignalTransport(ABC):
     """The part of a job-signals adapter that is not its server's (see the module)."""
 
     spans_processes = True
@@ -36,8 +37,9 @@ class SignalTransport:
         self._closed = False
         self.connections = 0  # how many times it connected or subscribed (tests: reconnects)
 
+    @abstractmethod
     def _ensure_running(self) -> None:
-        raise NotImplementedError
+        """Start the transport's connection task(s) unless they run or it is closed."""
 
     async def listen(self, receiver: SignalReceiver) -> None:
         self._receivers.append(receiver)
