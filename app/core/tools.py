@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.protocol.items import ItemKind
 from app.protocol.json_types import JsonObject
 
@@ -266,12 +267,14 @@ class ProviderTools:
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Who a request's tools run for: the engine session (the conversation id, or the id of the
-    first response of a ``previous_response_id`` chain), the response being made, and whether
-    the request is a dry run (``simulate``: every engine-run call is simulated)."""
+    first response of a ``previous_response_id`` chain), the response being made, whether
+    the request is a dry run (``simulate``: every engine-run call is simulated), and the
+    tenant it runs for (what the tools read and write is that tenant's: ``core.tenancy``)."""
 
     session_id: str
     response_id: str
     simulate: bool = False
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
