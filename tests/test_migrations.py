@@ -24,6 +24,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.ports import IndexedChunk
 from app.settings import Settings, load_settings
 from app.store import tables
@@ -52,7 +53,7 @@ from tests.postgres import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = set(tables.metadata.tables)
-HEAD = "0005"
+HEAD = "0007"
 SUBPROCESS_TIMEOUT = 60
 
 
@@ -265,7 +266,9 @@ async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_u
     engine = create_engine_for(postgres_url)
     try:
         chunk = IndexedChunk(position=0, text="red apple", tokens=2, embedding=[0.6, 0.8, 0.0])
-        await PgArrayIndex(engine).replace_file_chunks("vs_1", "file_1", [chunk])
+        await PgArrayIndex(engine).replace_file_chunks(
+            "vs_1", "file_1", [chunk], tenant=DEFAULT_TENANT
+        )
         if not state.available:
             pytest.skip("pgvector is not installed on the PostgreSQL server")
 
@@ -274,8 +277,10 @@ async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_u
         assert (await _inspect(postgres_url, read_pgvector_state)).uses_pgvector
         assert await _inspect(postgres_url, _schema_diff) == []
         assert isinstance(await open_vector_index(engine), PgVectorIndex)
-        hits = await PgVectorIndex(engine).search(
-            "vs_1", embedding=[0.6, 0.8, 0.0], query="apple", limit=3, ranker="semantic"
+        hits = (
+            await PgVectorIndex(engine)
+            .for_tenant(DEFAULT_TENANT)
+            .search("vs_1", embedding=[0.6, 0.8, 0.0], query="apple", limit=3, ranker="semantic")
         )
         assert [(hit.text, round(hit.score, 5)) for hit in hits] == [("red apple", 1.0)]
         assert await _embedding_storage(postgres_url) == "m"
