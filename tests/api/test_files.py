@@ -74,6 +74,7 @@ class FileGateway:
     clock: FakeClock
     backend: str
     settings: Settings
+    app: FastAPI
 
     async def upload(
         self, filename: str, data: bytes | str, purpose: str = "assistants", **form: str
@@ -169,7 +170,18 @@ async def file_gateway(
         )
         stack.push_async_callback(sdk.close)
         yield FileGateway(
-            http, sdk, files, vector_stores, store, blobs, index, embedder, clock, backend, settings
+            http,
+            sdk,
+            files,
+            vector_stores,
+            store,
+            blobs,
+            index,
+            embedder,
+            clock,
+            backend,
+            settings,
+            app,
         )
 
 

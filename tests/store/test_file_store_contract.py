@@ -5,8 +5,9 @@ every implementation.
 FileStores: the in-memory fake (``tests.fakes.MemoryFileStores``), ``SqlFileStores`` on SQLite
 (schema built by the migrations) and on PostgreSQL (the session's scratch schema; skipped
 without a server unless ``CI`` is set). The single-tenant tests use the default tenant's view;
-the two-tenant ones check that a view never sees, changes or deletes another tenant's rows. BlobStore: ``MemoryBlobStore`` and ``DiskBlobStore``
-(plus the disk's own guarantees: whole writes, safe ids).
+the two-tenant ones check that a view never sees, changes or deletes another tenant's rows.
+BlobStore: ``MemoryBlobStore`` and ``DiskBlobStore`` (plus the disk's own guarantees: whole
+writes, safe ids).
 """
 
 from __future__ import annotations
@@ -452,8 +453,8 @@ async def test_another_tenants_rows_are_unknown(file_stores: FileStores) -> None
     with pytest.raises(UnknownCursorError):
         await bob.list_vector_stores(after="vs_a", limit=10, order="asc")
     with pytest.raises(UnknownCursorError):
-        await alice.list_vector_store_files(
-            "vs_a", status=None, after="file-b", limit=10, order="asc"
+        await bob.list_vector_store_files(
+            "vs_a", status=None, after="file-a", limit=10, order="asc"
         )
     # and alice sees hers
     assert await alice.get_file("file-a") == a_file("file-a", 10)
