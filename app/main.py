@@ -40,7 +40,7 @@ from app.core.service import ResponsesService
 from app.files.embeddings import EmbedderOptions, choose_embedder
 from app.files.files import FilesService
 from app.files.ingest import IngestOptions
-from app.files.ports import Embedder, VectorIndex
+from app.files.ports import Embedder, VectorIndexes
 from app.files.vector_stores import VectorStoresService
 from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
@@ -49,7 +49,7 @@ from app.protocol.requests import register_include_values
 from app.settings import Settings, UpstreamConfig
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
-from app.store.files_sql import SqlFileStore
+from app.store.files_sql import SqlFileStores
 from app.store.migrate import prepare_database
 from app.store.signals import open_job_signals
 from app.store.sql import SqlResponseStore
@@ -253,7 +253,7 @@ def build_embedder(
     return choose_embedder(options)
 
 
-async def build_vector_index(engine: AsyncEngine) -> VectorIndex:
+async def build_vector_index(engine: AsyncEngine) -> VectorIndexes:
     """The chunk index in the store's database: SQLite's; on PostgreSQL pgvector's, or the
     exact index in the gateway where pgvector is not there (a log line says which)."""
     return await open_vector_index(engine)
@@ -282,7 +282,7 @@ async def build_file_search(
         default = settings.resolved_upstreams()[0]
         embedder = build_embedder(settings, default.url, default.resolved_api_key(os.environ))
         stack.push_async_callback(embedder.aclose)  # an embedder passed in is the caller's
-    file_store = SqlFileStore(engine)
+    file_store = SqlFileStores(engine)
     stack.push_async_callback(file_store.aclose)
     blobs = DiskBlobStore(settings.data_dir / "files")
     stack.push_async_callback(blobs.aclose)

@@ -88,6 +88,8 @@ from typing import Any
 import numpy as np
 import orjson
 
+from app.core.tenancy import DEFAULT_TENANT  # the bench's stores are the default tenant's
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _harness
@@ -198,14 +200,15 @@ async def populate(url: str, corpus: Corpus, vs_id: str) -> float:
     from app.files.ports import IndexedChunk, StoredFile, StoredVectorStore, StoredVectorStoreFile
     from app.main import build_vector_index
     from app.store.engine import create_engine_for
-    from app.store.files_sql import SqlFileStore
+    from app.store.files_sql import SqlFileStores
     from app.store.migrate import prepare_database
 
     await prepare_database(url, auto_migrate=True)
     engine = create_engine_for(url)
     try:
-        files = SqlFileStore(engine)
-        index = build_vector_index(engine)
+        files = SqlFileStores(engine).for_tenant(DEFAULT_TENANT)
+        indexes = await build_vector_index(engine)
+        index = indexes.for_tenant(DEFAULT_TENANT)
         now = int(time.time())
         chunking = normalize_chunking_strategy(None)
         size = len(corpus.texts)
@@ -260,9 +263,7 @@ async def populate(url: str, corpus: Corpus, vs_id: str) -> float:
             started = time.perf_counter()
             await index.replace_file_chunks(vs_id, file_id, chunks)
             ingest += time.perf_counter() - started
-        closer = getattr(index, "aclose", None)
-        if closer is not None:
-            await closer()
+        await indexes.aclose()
     finally:
         await engine.dispose()
     return ingest
@@ -364,7 +365,7 @@ async def store_setup(size: int, words: int, local_embedder: Any, tmp: Path) -> 
     from app.main import build_vector_index
     from app.store.blobs import DiskBlobStore
     from app.store.engine import create_engine_for
-    from app.store.files_sql import SqlFileStore
+    from app.store.files_sql import SqlFileStores
 
     started = time.perf_counter()
     corpus = Corpus(size, words)
@@ -378,24 +379,24 @@ async def store_setup(size: int, words: int, local_embedder: Any, tmp: Path) -> 
         flush=True,
     )
     engine = create_engine_for(url)
-    index = build_vector_index(engine)
-    file_store = SqlFileStore(engine)
+    index = await build_vector_index(engine)
+    file_store = SqlFileStores(engine)
     blobs = DiskBlobStore(tmp / "files")
     fake = VectorStoresService(
         file_store, blobs, index, FakeEmbedder(corpus.query_vectors), time.time
     )
     local = VectorStoresService(file_store, blobs, index, local_embedder, time.time)
     t0 = time.perf_counter()
-    await fake.searcher.search(vs_id, parse_search({"query": corpus.queries[0]}))
+    await fake.searcher.search(
+        vs_id, parse_search({"query": corpus.queries[0]}), tenant=DEFAULT_TENANT
+    )
     first = (time.perf_counter() - t0) * 1000
     try:
         yield Setup(size, corpus, vs_id, engine, index, fake, local, ingest, first)
     finally:
         await fake.aclose()
         await local.aclose()
-        closer = getattr(index, "aclose", None)
-        if closer is not None:
-            await closer()
+        await index.aclose()
         await engine.dispose()
 
 
@@ -575,12 +576,14 @@ def component_entries(setup: Setup) -> dict[str, Callable[[], Awaitable[Any]]]:
 
     async def search() -> Any:
         return await setup.fake.searcher.search(
-            setup.vs_id, parse_search({"query": nxt("search"), "max_num_results": 10})
+            setup.vs_id,
+            parse_search({"query": nxt("search"), "max_num_results": 10}),
+            tenant=DEFAULT_TENANT,
         )
 
     async def index_search() -> Any:
         query = nxt("index")
-        return await setup.index.search(
+        return await setup.index.for_tenant(DEFAULT_TENANT).search(
             setup.vs_id,
             embedding=corpus.query_vectors[query],
             query=query,
@@ -590,7 +593,7 @@ def component_entries(setup: Setup) -> dict[str, Callable[[], Awaitable[Any]]]:
 
     async def index_semantic() -> Any:
         query = nxt("index")
-        return await setup.index.search(
+        return await setup.index.for_tenant(DEFAULT_TENANT).search(
             setup.vs_id,
             embedding=corpus.query_vectors[query],
             query=query,
@@ -600,7 +603,7 @@ def component_entries(setup: Setup) -> dict[str, Callable[[], Awaitable[Any]]]:
 
     async def index_terms() -> Any:
         query = nxt("index")
-        return await setup.index.search(
+        return await setup.index.for_tenant(DEFAULT_TENANT).search(
             setup.vs_id,
             embedding=corpus.query_vectors[query],
             query=corpus.term_queries[query],
@@ -674,7 +677,9 @@ async def sql_counts(setup: Setup) -> dict[str, Any]:
             kind = f"{kind} {table.group(1)}"
         counts["kinds"][kind] = counts["kinds"].get(kind, 0) + 1
 
-    await setup.fake.searcher.search(setup.vs_id, parse_search({"query": setup.corpus.queries[2]}))
+    await setup.fake.searcher.search(
+        setup.vs_id, parse_search({"query": setup.corpus.queries[2]}), tenant=DEFAULT_TENANT
+    )
     inline = getattr(setup.index, "_inline", None)
     original = inline.fetch if inline is not None else None
     if inline is not None and original is not None:
@@ -687,7 +692,7 @@ async def sql_counts(setup: Setup) -> dict[str, Any]:
     event.listen(setup.engine.sync_engine, "before_cursor_execute", count)
     try:
         await setup.fake.searcher.search(
-            setup.vs_id, parse_search({"query": setup.corpus.queries[1]})
+            setup.vs_id, parse_search({"query": setup.corpus.queries[1]}), tenant=DEFAULT_TENANT
         )
     finally:
         event.remove(setup.engine.sync_engine, "before_cursor_execute", count)

@@ -55,6 +55,7 @@ import numpy as np
 from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.ports import IndexedChunk, VectorIndex
 from app.store import tables
 from app.store.engine import create_engine_for, create_schema
@@ -212,18 +213,18 @@ async def bulk_load(engine: AsyncEngine, files: list[tuple[str, list[IndexedChun
     if not files:
         return
     rows = [
-        (VS, file_id, chunk.position, chunk.text, chunk.tokens, chunk.embedding)
+        (VS, file_id, chunk.position, chunk.text, chunk.tokens, DEFAULT_TENANT, chunk.embedding)
         for file_id, chunks in files
         for chunk in chunks
     ]
-    columns = ["vector_store_id", "file_id", "position", "text", "tokens", "embedding"]
+    columns = ["vector_store_id", "file_id", "position", "text", "tokens", "tenant", "embedding"]
     async with engine.connect() as conn:
         driver: Any = (await conn.get_raw_connection()).driver_connection
         async with conn.begin():
             if engine.dialect.name == "sqlite":
                 await driver.executemany(
-                    f"INSERT INTO chunks ({', '.join(columns)}) VALUES (?, ?, ?, ?, ?, ?)",
-                    [(*row[:5], encode_embedding(row[5])) for row in rows],
+                    f"INSERT INTO chunks ({', '.join(columns)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [(*row[:6], encode_embedding(row[6])) for row in rows],
                 )
                 return
             # pgvector's binary form (dims, 0, big-endian float32s) rather than ~4 KB of text
@@ -350,7 +351,8 @@ def sqlite_vec_figures(corpus: Corpus, index_path: Path, scan_queries: int) -> d
 async def bench_sqlite(
     corpus: Corpus, directory: Path, scan_queries: int, measured: int
 ) -> dict[str, Any]:
-    async with sqlite_index(directory) as (index, engine, path):
+    async with sqlite_index(directory) as (indexes, engine, path):
+        index = indexes.for_tenant(DEFAULT_TENANT)
         figures: dict[str, Any] = {"ingest": await ingest(index, engine, corpus, measured)}
         figures["ingest_rows"] = measured
         figures.update(await search_figures(index, corpus))
@@ -360,7 +362,8 @@ async def bench_sqlite(
 
 
 async def bench_postgres(corpus: Corpus, url: str, measured: int) -> dict[str, Any]:
-    async with postgres_index(url) as (index, engine):
+    async with postgres_index(url) as (indexes, engine):
+        index = indexes.for_tenant(DEFAULT_TENANT)
         figures: dict[str, Any] = {"ingest": await ingest(index, engine, corpus, measured)}
         figures["ingest_rows"] = measured
         async with engine.begin() as conn:

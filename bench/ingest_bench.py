@@ -24,12 +24,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.core.tenancy import DEFAULT_TENANT  # noqa: E402
 from app.files.embeddings import LocalEmbedder  # noqa: E402
 from app.files.files import FilesService  # noqa: E402
 from app.files.vector_stores import VectorStoresService  # noqa: E402
 from app.store.blobs import DiskBlobStore  # noqa: E402
 from app.store.engine import create_engine_for  # noqa: E402
-from app.store.files_sql import SqlFileStore  # noqa: E402
+from app.store.files_sql import SqlFileStores  # noqa: E402
 from app.store.migrate import prepare_database  # noqa: E402
 from app.store.vector_index.sqlite import SqliteVectorIndex  # noqa: E402
 
@@ -57,29 +58,37 @@ async def run(files: int, kib: int, strategy: dict[str, object] | None) -> tuple
         engine = create_engine_for(url)
         embedder = LocalEmbedder()
         await embedder.embed(["warm up"])  # the model load is not ingestion
-        store, blobs = SqlFileStore(engine), DiskBlobStore(Path(tmp) / "files")
+        store, blobs = SqlFileStores(engine), DiskBlobStore(Path(tmp) / "files")
         index = SqliteVectorIndex(engine)
         stores = VectorStoresService(store, blobs, index, embedder, time.time)
         uploads = FilesService(store, blobs, time.time, detacher=stores.store_files)
         ids = [
             (
                 await uploads.create(
-                    filename=f"doc{n}.txt", data=document(kib, n), purpose="assistants"
+                    tenant=DEFAULT_TENANT,
+                    filename=f"doc{n}.txt",
+                    data=document(kib, n),
+                    purpose="assistants",
                 )
             )["id"]
             for n in range(files)
         ]
         started = time.perf_counter()
         created = await stores.stores.create(
-            name="bench", metadata={}, expires_after=None, file_ids=ids, chunking_strategy=strategy
+            tenant=DEFAULT_TENANT,
+            name="bench",
+            metadata={},
+            expires_after=None,
+            file_ids=ids,
+            chunking_strategy=strategy,
         )
         await stores.wait_idle()
         elapsed = time.perf_counter() - started
-        state = await stores.stores.get(created["id"])
+        state = await stores.stores.get(created["id"], tenant=DEFAULT_TENANT)
         assert state["file_counts"]["completed"] == files, state
         chunks = 0
         for file_id in ids:
-            chunks += len(await index.file_chunks(created["id"], file_id))
+            chunks += len(await index.file_chunks(created["id"], file_id, tenant=DEFAULT_TENANT))
         await stores.aclose()
         await index.aclose()
         await embedder.aclose()

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core.ids import new_id
 from app.core.jobs import FINAL_STATUSES, BackgroundJob, LoggedEvent
@@ -501,6 +501,7 @@ import re  # noqa: E402
 
 from app.files.fusion import (  # noqa: E402
     RankedIndex,
+    TenantIndex,
     keyword_score,
     query_terms,
     semantic_score,
@@ -524,25 +525,68 @@ def _after(rows: list[Any], key: Any, after: str | None) -> list[Any]:
     return rows[ids.index(after) + 1 :]
 
 
-class MemoryFileStore:
-    """An in-memory FileStore with ``store.files_sql``'s semantics: lists ordered by
-    ``created_at`` then id, ``UnknownCursorError`` for an unknown ``after``, ``limit + 1``
-    rows."""
+class MemoryFileStores:
+    """In-memory FileStores: every tenant's rows, each kept with its tenant, ids unique over
+    tenants (as the gateway makes them); ``for_tenant`` gives a ``MemoryFileStore`` view."""
 
     def __init__(self) -> None:
-        self.files: dict[str, StoredFile] = {}
-        self.stores: dict[str, StoredVectorStore] = {}
-        self.store_files: dict[tuple[str, str], StoredVectorStoreFile] = {}
-        self.batches: dict[tuple[str, str], StoredFileBatch] = {}
+        self.files: dict[str, tuple[str, StoredFile]] = {}
+        self.stores: dict[str, tuple[str, StoredVectorStore]] = {}
+        self.store_files: dict[tuple[str, str], tuple[str, StoredVectorStoreFile]] = {}
+        self.batches: dict[tuple[str, str], tuple[str, StoredFileBatch]] = {}
+
+    def for_tenant(self, tenant: str) -> MemoryFileStore:
+        return MemoryFileStore(self, tenant)
+
+    async def unfinished_ingestions(self) -> list[tuple[str, StoredVectorStoreFile]]:
+        rows = [
+            (tenant, record)
+            for tenant, record in self.store_files.values()
+            if record.status == "in_progress"
+        ]
+        return sorted(rows, key=lambda r: (r[1].created_at, r[1].vector_store_id, r[1].file_id))
+
+    async def aclose(self) -> None:
+        return None
+
+
+T = TypeVar("T")
+
+
+def _mine(rows: dict[Any, tuple[str, T]], tenant: str) -> dict[Any, T]:
+    return {key: record for key, (owner, record) in rows.items() if owner == tenant}
+
+
+class MemoryFileStore:
+    """One tenant's view of ``MemoryFileStores`` with ``store.files_sql``'s semantics: lists
+    ordered by ``created_at`` then id, ``UnknownCursorError`` for an unknown ``after``,
+    ``limit + 1`` rows; another tenant's rows are as absent as missing ones."""
+
+    def __init__(self, rows: MemoryFileStores, tenant: str) -> None:
+        self.rows = rows
+        self.tenant = tenant
+
+    @property
+    def files(self) -> dict[str, StoredFile]:
+        return _mine(self.rows.files, self.tenant)
+
+    @property
+    def stores(self) -> dict[str, StoredVectorStore]:
+        return _mine(self.rows.stores, self.tenant)
+
+    @property
+    def store_files(self) -> dict[tuple[str, str], StoredVectorStoreFile]:
+        return _mine(self.rows.store_files, self.tenant)
 
     async def add_file(self, file: StoredFile) -> None:
-        self.files[file.id] = file
+        self.rows.files[file.id] = (self.tenant, file)
 
     async def get_file(self, file_id: str) -> StoredFile | None:
         return self.files.get(file_id)
 
     async def existing_file_ids(self, file_ids: Iterable[str]) -> set[str]:
-        return {file_id for file_id in file_ids if file_id in self.files}
+        mine = self.files
+        return {file_id for file_id in file_ids if file_id in mine}
 
     async def list_files(
         self, *, purpose: str | None, after: str | None, limit: int, order: str
@@ -555,18 +599,21 @@ class MemoryFileStore:
 
     async def delete_file(self, file_id: str) -> bool:
         for key in [k for k in self.store_files if k[1] == file_id]:
-            del self.store_files[key]
-        return self.files.pop(file_id, None) is not None
+            del self.rows.store_files[key]
+        if file_id not in self.files:
+            return False
+        del self.rows.files[file_id]
+        return True
 
     async def create_vector_store(self, store: StoredVectorStore) -> None:
-        self.stores[store.id] = store
+        self.rows.stores[store.id] = (self.tenant, store)
 
     async def get_vector_store(self, vector_store_id: str) -> StoredVectorStore | None:
         return self.stores.get(vector_store_id)
 
     async def update_vector_store(self, store: StoredVectorStore) -> None:
         if store.id in self.stores:
-            self.stores[store.id] = store
+            self.rows.stores[store.id] = (self.tenant, store)
 
     async def list_vector_stores(
         self, *, after: str | None, limit: int, order: str
@@ -578,13 +625,19 @@ class MemoryFileStore:
 
     async def delete_vector_store(self, vector_store_id: str) -> bool:
         for key in [k for k in self.store_files if k[0] == vector_store_id]:
-            del self.store_files[key]
-        for key in [k for k in self.batches if k[0] == vector_store_id]:
-            del self.batches[key]
-        return self.stores.pop(vector_store_id, None) is not None
+            del self.rows.store_files[key]
+        mine = _mine(self.rows.batches, self.tenant)
+        for key in [k for k in mine if k[0] == vector_store_id]:
+            del self.rows.batches[key]
+        if vector_store_id not in self.stores:
+            return False
+        del self.rows.stores[vector_store_id]
+        return True
 
     async def put_vector_store_file(self, record: StoredVectorStoreFile) -> None:
-        self.store_files[(record.vector_store_id, record.file_id)] = record
+        key = (record.vector_store_id, record.file_id)
+        if self.rows.store_files.get(key, (self.tenant,))[0] == self.tenant:
+            self.rows.store_files[key] = (self.tenant, record)
 
     async def get_vector_store_file(
         self, vector_store_id: str, file_id: str
@@ -595,10 +648,11 @@ class MemoryFileStore:
         self, vector_store_id: str, file_ids: Iterable[str]
     ) -> dict[str, tuple[StoredVectorStoreFile, str]]:
         named: dict[str, tuple[StoredVectorStoreFile, str]] = {}
+        records, files = self.store_files, self.files
         for file_id in file_ids:
-            record = self.store_files.get((vector_store_id, file_id))
+            record = records.get((vector_store_id, file_id))
             if record is not None:
-                file = self.files.get(file_id)
+                file = files.get(file_id)
                 named[file_id] = (record, file.filename if file is not None else "")
         return named
 
@@ -627,7 +681,10 @@ class MemoryFileStore:
         ][: limit + 1]
 
     async def delete_vector_store_file(self, vector_store_id: str, file_id: str) -> bool:
-        return self.store_files.pop((vector_store_id, file_id), None) is not None
+        if (vector_store_id, file_id) not in self.store_files:
+            return False
+        del self.rows.store_files[(vector_store_id, file_id)]
+        return True
 
     async def file_counts(self, vector_store_id: str) -> dict[str, int]:
         counts = dict.fromkeys(("in_progress", "completed", "failed", "cancelled"), 0)
@@ -637,15 +694,13 @@ class MemoryFileStore:
         return {**counts, "total": sum(counts.values())}
 
     async def put_file_batch(self, batch: StoredFileBatch) -> None:
-        self.batches[(batch.vector_store_id, batch.id)] = dataclasses.replace(
-            batch, file_ids=list(batch.file_ids)
-        )
+        key = (batch.vector_store_id, batch.id)
+        if self.rows.batches.get(key, (self.tenant,))[0] == self.tenant:
+            copied = dataclasses.replace(batch, file_ids=list(batch.file_ids))
+            self.rows.batches[key] = (self.tenant, copied)
 
     async def get_file_batch(self, vector_store_id: str, batch_id: str) -> StoredFileBatch | None:
-        return self.batches.get((vector_store_id, batch_id))
-
-    async def aclose(self) -> None:
-        return None
+        return _mine(self.rows.batches, self.tenant).get((vector_store_id, batch_id))
 
 
 class MemoryBlobStore:
@@ -681,76 +736,57 @@ def _tokens(text: str) -> list[str]:
 
 
 class MemoryVectorIndex(RankedIndex):
-    """A VectorIndex in a dict, with the SQL indexes' semantics (the VectorIndex contract,
-    tests/store/test_vector_index_contract.py): exact cosine scored ``max(0, cos)`` among the
-    chunks of the query's dimension; keyword search over ``fusion.query_terms`` (OR-ed, each a
-    phrase of tokens), relevance a small BM25 squashed by ``fusion.keyword_score``; ``hybrid``
-    by ``fusion``'s reciprocal-rank fusion. Records every search it is asked.
+    """Every tenant's chunks in a dict keyed by (vector store, file, tenant), with the SQL
+    indexes' semantics (the VectorIndex contract, tests/store/test_vector_index_contract.py):
+    exact cosine scored ``max(0, cos)`` among the chunks of the query's dimension; keyword
+    search over ``fusion.query_terms`` (OR-ed, each a phrase of tokens), relevance a small BM25
+    squashed by ``fusion.keyword_score``; ``hybrid`` by ``fusion``'s reciprocal-rank fusion.
+    Its tenant views record every search they are asked (``searches``).
 
     ``chunks`` may be another index's, as two processes share one database."""
 
-    def __init__(self, chunks: dict[tuple[str, str], list[IndexedChunk]] | None = None) -> None:
-        self.chunks: dict[tuple[str, str], list[IndexedChunk]] = {} if chunks is None else chunks
+    def __init__(
+        self, chunks: dict[tuple[str, str, str], list[IndexedChunk]] | None = None
+    ) -> None:
+        self.chunks: dict[tuple[str, str, str], list[IndexedChunk]] = (
+            {} if chunks is None else chunks
+        )
         self.searches: list[JsonObject] = []
 
+    def for_tenant(self, tenant: str) -> TenantIndex:
+        return _RecordingTenantIndex(self, tenant)
+
     async def replace_file_chunks(
-        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk], *, tenant: str
     ) -> None:
         for chunk in chunks:  # all or nothing, as one transaction
             if chunk.text is None:
                 raise ValueError("chunk text must not be null")
         if chunks:
-            self.chunks[(vector_store_id, file_id)] = list(chunks)
+            self.chunks[(vector_store_id, file_id, tenant)] = list(chunks)
         else:
-            self.chunks.pop((vector_store_id, file_id), None)
+            self.chunks.pop((vector_store_id, file_id, tenant), None)
 
-    async def delete_file(self, vector_store_id: str, file_id: str) -> None:
-        self.chunks.pop((vector_store_id, file_id), None)
+    async def delete_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> None:
+        self.chunks.pop((vector_store_id, file_id, tenant), None)
 
-    async def delete_store(self, vector_store_id: str) -> None:
-        for key in [k for k in self.chunks if k[0] == vector_store_id]:
+    async def delete_store(self, vector_store_id: str, *, tenant: str) -> None:
+        for key in [k for k in self.chunks if k[0] == vector_store_id and k[2] == tenant]:
             del self.chunks[key]
 
-    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
-        chunks = self.chunks.get((vector_store_id, file_id), [])
+    async def file_chunks(self, vector_store_id: str, file_id: str, *, tenant: str) -> list[str]:
+        chunks = self.chunks.get((vector_store_id, file_id, tenant), [])
         return [c.text for c in sorted(chunks, key=lambda c: c.position)]
 
-    async def search(
-        self,
-        vector_store_id: str,
-        *,
-        embedding: list[float] | None,
-        query: str,
-        limit: int,
-        ranker: str,
-        file_ids: list[str] | None = None,
-    ) -> list[SearchHit]:
-        self.searches.append(
-            {
-                "vector_store_id": vector_store_id,
-                "query": query,
-                "limit": limit,
-                "ranker": ranker,
-                "file_ids": file_ids,
-                "embedded": embedding is not None,
-            }
-        )
-        return await super().search(
-            vector_store_id,
-            embedding=embedding,
-            query=query,
-            limit=limit,
-            ranker=ranker,
-            file_ids=file_ids,
-        )
-
     def _candidates(
-        self, vector_store_id: str, file_ids: list[str] | None
+        self, vector_store_id: str, file_ids: list[str] | None, tenant: str
     ) -> list[tuple[str, IndexedChunk]]:
         return [
             (file_id, chunk)
-            for (store_id, file_id), chunks in list(self.chunks.items())
-            if store_id == vector_store_id and (file_ids is None or file_id in file_ids)
+            for (store_id, file_id, owner), chunks in list(self.chunks.items())
+            if store_id == vector_store_id
+            and owner == tenant
+            and (file_ids is None or file_id in file_ids)
             for chunk in chunks
         ]
 
@@ -760,6 +796,8 @@ class MemoryVectorIndex(RankedIndex):
         embedding: list[float],
         limit: int,
         file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
         scored = [
             SearchHit(
@@ -768,17 +806,23 @@ class MemoryVectorIndex(RankedIndex):
                 chunk.text,
                 semantic_score(sum(a * b for a, b in zip(embedding, chunk.embedding, strict=True))),
             )
-            for file_id, chunk in self._candidates(vector_store_id, file_ids)
+            for file_id, chunk in self._candidates(vector_store_id, file_ids, tenant)
             if len(chunk.embedding) == len(embedding)
         ]
         return sorted(scored, key=lambda hit: -hit.score)[:limit]
 
     async def keyword(
-        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+        self,
+        vector_store_id: str,
+        query: str,
+        limit: int,
+        file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
         phrases = [tuple(_tokens(term)) for term in query_terms(query)]
         phrases = [phrase for phrase in phrases if phrase]
-        candidates = self._candidates(vector_store_id, file_ids)
+        candidates = self._candidates(vector_store_id, file_ids, tenant)
         documents = [_tokens(chunk.text) for _, chunk in candidates]
         counts = [[_occurrences(phrase, tokens) for phrase in phrases] for tokens in documents]
         total = len(candidates)
@@ -796,6 +840,45 @@ class MemoryVectorIndex(RankedIndex):
                     relevance += idf * found * 2.2 / (found + norm)
             hits.append(SearchHit(file_id, chunk.position, chunk.text, keyword_score(relevance)))
         return sorted(hits, key=lambda hit: -hit.score)[:limit]
+
+
+class _RecordingTenantIndex(TenantIndex):
+    """A tenant's view of a ``MemoryVectorIndex`` that records each search in its
+    ``searches``."""
+
+    def __init__(self, index: MemoryVectorIndex, tenant: str) -> None:
+        super().__init__(index, tenant)
+        self._searches = index.searches
+
+    async def search(
+        self,
+        vector_store_id: str,
+        *,
+        embedding: list[float] | None,
+        query: str,
+        limit: int,
+        ranker: str,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        self._searches.append(
+            {
+                "vector_store_id": vector_store_id,
+                "tenant": self.tenant,
+                "query": query,
+                "limit": limit,
+                "ranker": ranker,
+                "file_ids": file_ids,
+                "embedded": embedding is not None,
+            }
+        )
+        return await super().search(
+            vector_store_id,
+            embedding=embedding,
+            query=query,
+            limit=limit,
+            ranker=ranker,
+            file_ids=file_ids,
+        )
 
 
 def _occurrences(phrase: tuple[str, ...], tokens: list[str]) -> int:

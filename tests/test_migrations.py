@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,12 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.ports import IndexedChunk
 from app.settings import Settings, load_settings
 from app.store import tables
 from app.store.engine import create_engine_for
+from app.store.files_sql import SqlFileStores
 from app.store.migrate import (
     DatabaseError,
     DatabaseUnavailableError,
@@ -47,12 +50,13 @@ from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
 from app.store.vector_index.pg_array import PgArrayIndex
 from app.store.vector_index.pg_vector import PgVectorIndex
+from app.store.vector_index.sqlite import encode_embedding
 from tests.helpers import free_port
 from tests.postgres import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = set(tables.metadata.tables)
-HEAD = "0005"
+HEAD = "0007"
 SUBPROCESS_TIMEOUT = 60
 
 
@@ -256,6 +260,94 @@ async def test_0003_upgrades_a_0002_database_and_downgrades_to_it(database_url: 
     assert await _count(database_url, "responses") == 1
 
 
+_0005_ROWS = (
+    "INSERT INTO files (id, filename, purpose, bytes, created_at, expires_at, status) "
+    "VALUES ('file-old', 'old.txt', 'assistants', 9, 1, NULL, 'processed')",
+    "INSERT INTO vector_stores (id, name, created_at, metadata, expires_after, expires_at, "
+    "last_active_at, status, usage_bytes) VALUES ('vs_old', 'old', 1, '{}', NULL, NULL, 1, "
+    "'in_progress', 0)",
+    "INSERT INTO vector_store_files (vector_store_id, file_id, created_at, status, last_error, "
+    "attributes, chunking_strategy, usage_bytes) VALUES ('vs_old', 'file-old', 1, "
+    "'in_progress', NULL, '{}', '{\"type\": \"auto\"}', 0)",
+    "INSERT INTO vector_store_file_batches (id, vector_store_id, created_at, status, file_ids) "
+    "VALUES ('vsfb_old', 'vs_old', 1, 'in_progress', '[\"file-old\"]')",
+)
+
+
+async def test_0007_gives_0005_rows_to_the_default_tenant(database_url: str) -> None:
+    # a database of the previous release, with a file in a vector store, a batch and a chunk
+    await _upgrade_to(database_url, "0005")
+    postgres = database_url.startswith("postgresql")
+    engine = create_async_engine(database_url, poolclass=NullPool)
+    try:
+        async with engine.begin() as connection:
+            for statement in _0005_ROWS:
+                await connection.execute(text(statement))
+            embedding = (
+                "CAST(:vector AS real[])" if postgres else ":vector"
+            )  # SQLite: float32 little-endian
+            await connection.execute(
+                text(
+                    "INSERT INTO chunks (vector_store_id, file_id, position, text, tokens, "
+                    f"embedding) VALUES ('vs_old', 'file-old', 0, 'heron nests', 2, {embedding})"
+                ),
+                {"vector": [0.6, 0.8] if postgres else encode_embedding([0.6, 0.8])},
+            )
+    finally:
+        await engine.dispose()
+
+    assert await upgrade_to_head(database_url) == HEAD
+
+    assert await _inspect(database_url, _schema_diff) == []
+    engine = create_engine_for(database_url)
+    try:
+        stores = SqlFileStores(engine)
+        mine, theirs = stores.for_tenant(DEFAULT_TENANT), stores.for_tenant("someone-else")
+        old = await mine.get_file("file-old")
+        assert old is not None and old.filename == "old.txt"
+        assert await theirs.get_file("file-old") is None
+        assert [s.id for s in await mine.list_vector_stores(after=None, limit=5, order="asc")] == [
+            "vs_old"
+        ]
+        assert await mine.get_vector_store_file("vs_old", "file-old") is not None
+        assert await mine.get_file_batch("vs_old", "vsfb_old") is not None
+        [(tenant, record)] = await stores.unfinished_ingestions()  # resumed as the default's
+        assert (tenant, record.file_id) == (DEFAULT_TENANT, "file-old")
+        index = await open_vector_index(engine)
+        for who, texts in ((DEFAULT_TENANT, ["heron nests"]), ("someone-else", [])):
+            hits = await index.for_tenant(who).search(
+                "vs_old", embedding=[0.6, 0.8], query="heron", limit=3, ranker="hybrid"
+            )
+            assert [hit.text for hit in hits] == texts
+        await mine.add_file(replace(old, id="file-new"))  # a new row names its tenant
+        await index.aclose()
+    finally:
+        await engine.dispose()
+
+    assert await downgrade_to(database_url, "0005") == "0005"
+    for table in ("files", "vector_stores", "vector_store_files", "chunks"):
+        columns = await _inspect(
+            database_url, lambda c, t=table: {col["name"] for col in inspect(c).get_columns(t)}
+        )
+        assert "tenant" not in columns, table
+    assert await _count(database_url, "files") == 2
+    assert await _count(database_url, "chunks") == 1
+    if not postgres:  # chunks kept its full-text triggers (dropped in place, not copied)
+        engine = create_async_engine(database_url, poolclass=NullPool)
+        try:
+            async with engine.begin() as connection:
+                await connection.execute(
+                    text(
+                        "INSERT INTO chunks (vector_store_id, file_id, position, text, tokens, "
+                        "embedding) VALUES ('vs_old', 'file-old', 1, 'egret wings', 2, x'00')"
+                    )
+                )
+        finally:
+            await engine.dispose()
+        for word in ("heron", "egret"):
+            assert await _count(database_url, f"chunks_fts WHERE chunks_fts MATCH '{word}'") == 1
+
+
 async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_url: str) -> None:
     # The revisions alone leave chunks.embedding a real[], as on a server without pgvector;
     # `respgate migrate` (upgrade_to_head) switches it when pgvector is there, keeping chunks.
@@ -265,7 +357,9 @@ async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_u
     engine = create_engine_for(postgres_url)
     try:
         chunk = IndexedChunk(position=0, text="red apple", tokens=2, embedding=[0.6, 0.8, 0.0])
-        await PgArrayIndex(engine).replace_file_chunks("vs_1", "file_1", [chunk])
+        await PgArrayIndex(engine).replace_file_chunks(
+            "vs_1", "file_1", [chunk], tenant=DEFAULT_TENANT
+        )
         if not state.available:
             pytest.skip("pgvector is not installed on the PostgreSQL server")
 
@@ -274,8 +368,10 @@ async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_u
         assert (await _inspect(postgres_url, read_pgvector_state)).uses_pgvector
         assert await _inspect(postgres_url, _schema_diff) == []
         assert isinstance(await open_vector_index(engine), PgVectorIndex)
-        hits = await PgVectorIndex(engine).search(
-            "vs_1", embedding=[0.6, 0.8, 0.0], query="apple", limit=3, ranker="semantic"
+        hits = (
+            await PgVectorIndex(engine)
+            .for_tenant(DEFAULT_TENANT)
+            .search("vs_1", embedding=[0.6, 0.8, 0.0], query="apple", limit=3, ranker="semantic")
         )
         assert [(hit.text, round(hit.score, 5)) for hit in hits] == [("red apple", 1.0)]
         assert await _embedding_storage(postgres_url) == "m"

@@ -1,8 +1,9 @@
 """Files and vector stores: one feature package (the Files and Vector Stores APIs, file search).
 
-- ``ports``: the stored records and the interfaces the feature depends on (``FileStore``,
-  ``BlobStore``, ``VectorIndex``, ``Embedder``); their adapters live with the other storage in
-  ``app.store`` (``files_sql``, ``blobs``, ``vector_index``).
+- ``ports``: the stored records and the interfaces the feature depends on (``FileStores`` and
+  ``VectorIndexes``, used through one tenant's view, ``FileStore`` and ``VectorIndex``;
+  ``BlobStore``, ``Embedder``); their adapters live with the other storage in ``app.store``
+  (``files_sql``, ``blobs``, ``vector_index``). Every service call names the caller's tenant.
 - ``files``: the Files API (``FilesService``).
 - ``vector_stores``: the Vector Stores API, one service per concept over a shared ``catalog``
   (records, lock, clock): ``stores``, ``store_files``, ``batches``, ``search``; ``attach``

@@ -1,6 +1,9 @@
-"""``StoreCatalog``: what every vector store service shares: the FileStore and the VectorIndex,
-the clock, and the one lock under which every read-modify-write of a store or of a store's file
-happens (so an ingestion outcome is never half recorded and ``usage_bytes`` does not drift).
+"""``Catalogs``: what every vector store service shares: every tenant's FileStores and
+VectorIndexes, the clock, and the one lock under which every read-modify-write of a store or of
+a store's file happens (so an ingestion outcome is never half recorded and ``usage_bytes`` does
+not drift). ``Catalogs.of(tenant)`` is that tenant's ``StoreCatalog``: its views of the stores
+(``FileStore``, ``VectorIndex``), so a service reaches no other tenant's records: another
+tenant's id answers the 404 of an unknown one.
 
 It looks records up (OpenAI's 404 when there is none), keeps a store's stored status and usage
 current (``sync_store``), and builds a store's object (its ``status`` and ``file_counts`` are
@@ -12,15 +15,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from app.errors import InvalidRequestError
 from app.files.checks import MissingObjectError, file_not_found, vector_store_not_found
 from app.files.ports import (
     FileStore,
+    FileStores,
     StoredFileBatch,
     StoredVectorStore,
     StoredVectorStoreFile,
     VectorIndex,
+    VectorIndexes,
 )
 from app.files.wire import store_object
 from app.protocol.json_types import JsonObject
@@ -35,12 +41,34 @@ def expires_at(expires_after: JsonObject | None, anchor: int) -> int | None:
     return anchor + int(expires_after["days"]) * DAY
 
 
-class StoreCatalog:
-    def __init__(self, files: FileStore, index: VectorIndex, clock: Callable[[], float]) -> None:
+class Catalogs:
+    """Every tenant's records, the clock and the one lock; ``of(tenant)`` for one tenant's."""
+
+    def __init__(self, files: FileStores, index: VectorIndexes, clock: Callable[[], float]) -> None:
         self.files = files
         self.index = index
         self.clock = clock
         self.lock = asyncio.Lock()
+
+    def of(self, tenant: str) -> StoreCatalog:
+        return StoreCatalog(
+            tenant,
+            self.files.for_tenant(tenant),
+            self.index.for_tenant(tenant),
+            self.clock,
+            self.lock,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class StoreCatalog:
+    """One tenant's records (views from ``Catalogs.of``), the clock and the shared lock."""
+
+    tenant: str
+    files: FileStore
+    index: VectorIndex
+    clock: Callable[[], float]
+    lock: asyncio.Lock
 
     def now(self) -> int:
         return int(self.clock())

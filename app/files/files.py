@@ -3,6 +3,9 @@
 Deleting a file also removes it from every vector store (``FileDetacher``: the vector stores'
 ``StoreFilesService``, which cancels the file's ingestion and deletes its chunks) before the
 store forgets it. A file past its ``expires_at`` is deleted when it is next asked for.
+
+Every call is the caller's ``tenant``'s (``FileStores.for_tenant``): a file is its uploader's,
+and another tenant's file id answers exactly as an unknown one (404 ``No such File object``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from app.core.ports import Page
 from app.core.store_errors import UnknownCursorError
 from app.errors import CursorNotFoundError, InvalidRequestError
 from app.files.checks import file_not_found
-from app.files.ports import BlobStore, FileStore, StoredFile
+from app.files.ports import BlobStore, FileStore, FileStores, StoredFile
 from app.protocol.json_types import JsonObject
 
 PURPOSES = ("assistants", "batch", "fine-tune", "vision", "user_data", "evals")
@@ -25,8 +28,8 @@ MAX_EXPIRES_SECONDS = 2_592_000  # 30 days
 
 
 class FileDetacher(Protocol):
-    async def forget_file(self, file_id: str) -> None:
-        """Remove the file from every vector store (chunks, ingestion, usage)."""
+    async def forget_file(self, file_id: str, *, tenant: str) -> None:
+        """Remove ``tenant``'s file from every vector store (chunks, ingestion, usage)."""
         ...
 
 
@@ -37,7 +40,7 @@ def new_file_id() -> str:
 class FilesService:
     def __init__(
         self,
-        files: FileStore,
+        files: FileStores,
         blobs: BlobStore,
         clock: Callable[[], float] = time.time,
         *,
@@ -49,9 +52,16 @@ class FilesService:
         self.detacher = detacher
 
     async def create(
-        self, *, filename: str, data: bytes, purpose: str, expires_after: Any = None
+        self,
+        *,
+        tenant: str,
+        filename: str,
+        data: bytes,
+        purpose: str,
+        expires_after: Any = None,
     ) -> JsonObject:
-        """Store an upload (``purpose`` and ``expires_after`` are checked here: 400s)."""
+        """Store an upload as ``tenant``'s (``purpose`` and ``expires_after`` are checked
+        here: 400s)."""
         check_purpose(purpose)
         seconds = check_expires_after(expires_after)
         now = int(self._clock())
@@ -65,52 +75,55 @@ class FilesService:
         )
         await self.blobs.put(file.id, data)
         try:
-            await self.files.add_file(file)
+            await self.files.for_tenant(tenant).add_file(file)
         except Exception:
             await self.blobs.delete(file.id)
             raise
         return file.to_object()
 
     async def list_files(
-        self, *, purpose: str | None, after: str | None, limit: int, order: str
+        self, *, tenant: str, purpose: str | None, after: str | None, limit: int, order: str
     ) -> Page:
         try:
-            rows = await self.files.list_files(
+            rows = await self.files.for_tenant(tenant).list_files(
                 purpose=purpose, after=after, limit=limit, order=order
             )
         except UnknownCursorError:
             raise CursorNotFoundError(f"No file found with id '{after}'", param="after") from None
         return Page(items=[file.to_object() for file in rows[:limit]], has_more=len(rows) > limit)
 
-    async def get(self, file_id: str) -> JsonObject:
-        return (await self.require(file_id)).to_object()
+    async def get(self, file_id: str, *, tenant: str) -> JsonObject:
+        return (await self.require(file_id, tenant=tenant)).to_object()
 
-    async def content(self, file_id: str) -> tuple[StoredFile, bytes]:
-        file = await self.require(file_id)
-        data = await self.blobs.get(file_id)
+    async def content(self, file_id: str, *, tenant: str) -> tuple[StoredFile, bytes]:
+        file = await self.require(file_id, tenant=tenant)
+        data = await self.blobs.get(file_id)  # the tenant's file: its bytes are too
         if data is None:
             raise file_not_found(file_id)
         return file, data
 
-    async def delete(self, file_id: str) -> JsonObject:
-        await self.require(file_id)
-        await self._delete(file_id)
+    async def delete(self, file_id: str, *, tenant: str) -> JsonObject:
+        await self.require(file_id, tenant=tenant)
+        await self._delete(file_id, tenant)
         return {"id": file_id, "object": "file", "deleted": True}
 
-    async def require(self, file_id: str) -> StoredFile:
-        """The file; 404 when it does not exist (or has just expired and was deleted)."""
-        file = await self.files.get_file(file_id)
+    async def require(self, file_id: str, *, tenant: str) -> StoredFile:
+        """``tenant``'s file; 404 when it has none with this id (or it has just expired and
+        was deleted)."""
+        file = await self.files.for_tenant(tenant).get_file(file_id)
         if file is None:
             raise file_not_found(file_id)
         if file.expires_at is not None and file.expires_at <= self._clock():
-            await self._delete(file_id)
+            await self._delete(file_id, tenant)
             raise file_not_found(file_id)
         return file
 
-    async def _delete(self, file_id: str) -> None:
+    async def _delete(self, file_id: str, tenant: str) -> None:
+        """Delete a file ``require`` found for ``tenant`` (so its bytes are the tenant's)."""
+        files: FileStore = self.files.for_tenant(tenant)
         if self.detacher is not None:
-            await self.detacher.forget_file(file_id)
-        await self.files.delete_file(file_id)
+            await self.detacher.forget_file(file_id, tenant=tenant)
+        await files.delete_file(file_id)
         await self.blobs.delete(file_id)
 
 

@@ -1,4 +1,6 @@
-"""What both vector indexes share: scores in [0, 1], reciprocal rank fusion, query terms.
+"""What both vector indexes share: scores in [0, 1], reciprocal rank fusion, query terms, and
+the base of an index of every tenant's chunks with its one-tenant view (``RankedIndex``,
+``TenantIndex``).
 
 Scores (higher is better, always in [0, 1]):
 
@@ -31,7 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
-from app.files.ports import SearchHit
+from app.files.ports import IndexedChunk, SearchHit
 
 RRF_K = 60
 RANKERS = ("semantic", "keyword", "hybrid")
@@ -172,12 +174,33 @@ async def hybrid_search(
 
 
 class RankedIndex(ABC):
-    """Base of an index offering both rankings (``semantic`` and ``keyword``): its
-    ``VectorIndex.search`` is the one ``ranker`` names, or both fused (``hybrid``)."""
+    """Base of an index of every tenant's chunks offering both rankings (``semantic`` and
+    ``keyword``): the ``VectorIndexes`` port. Each method names the tenant whose chunks it
+    reads or writes; the feature uses one tenant's view (``for_tenant``: a ``TenantIndex``,
+    the ``VectorIndex`` port), whose ``search`` is the ranking ``ranker`` names, or both fused
+    (``hybrid``)."""
 
     async def aclose(self) -> None:  # noqa: B027 (a no-op by default, not abstract)
         """Release the index's own connections; nothing by default (the engine is the
         caller's)."""
+
+    def for_tenant(self, tenant: str) -> TenantIndex:
+        return TenantIndex(self, tenant)
+
+    @abstractmethod
+    async def replace_file_chunks(
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk], *, tenant: str
+    ) -> None: ...
+
+    @abstractmethod
+    async def delete_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> None: ...
+
+    @abstractmethod
+    async def delete_store(self, vector_store_id: str, *, tenant: str) -> None: ...
+
+    @abstractmethod
+    async def file_chunks(self, vector_store_id: str, file_id: str, *, tenant: str) -> list[str]:
+        """The file's chunk texts in order."""
 
     @abstractmethod
     async def semantic(
@@ -186,12 +209,61 @@ class RankedIndex(ABC):
         embedding: list[float],
         limit: int,
         file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]: ...
 
     @abstractmethod
     async def keyword(
-        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+        self,
+        vector_store_id: str,
+        query: str,
+        limit: int,
+        file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]: ...
+
+
+class TenantIndex:
+    """One tenant's chunks of a ``RankedIndex`` (the ``VectorIndex`` port): every call names
+    the tenant, so another tenant's chunks are never read, replaced or deleted."""
+
+    def __init__(self, index: RankedIndex, tenant: str) -> None:
+        self._index = index
+        self.tenant = tenant
+
+    async def replace_file_chunks(
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+    ) -> None:
+        await self._index.replace_file_chunks(vector_store_id, file_id, chunks, tenant=self.tenant)
+
+    async def delete_file(self, vector_store_id: str, file_id: str) -> None:
+        await self._index.delete_file(vector_store_id, file_id, tenant=self.tenant)
+
+    async def delete_store(self, vector_store_id: str) -> None:
+        await self._index.delete_store(vector_store_id, tenant=self.tenant)
+
+    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
+        return await self._index.file_chunks(vector_store_id, file_id, tenant=self.tenant)
+
+    async def semantic(
+        self,
+        vector_store_id: str,
+        embedding: list[float],
+        limit: int,
+        file_ids: list[str] | None = None,
+    ) -> list[SearchHit]:
+        return await self._index.semantic(
+            vector_store_id, embedding, limit, file_ids, tenant=self.tenant
+        )
+
+    async def keyword(
+        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+    ) -> list[SearchHit]:
+        return await self._index.keyword(
+            vector_store_id, query, limit, file_ids, tenant=self.tenant
+        )
 
     async def search(
         self,

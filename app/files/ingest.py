@@ -4,8 +4,9 @@
 embedder, it reports an ``IngestOutcome`` (``completed`` with ``usage_bytes``, or ``failed``
 with OpenAI's ``last_error``). ``IngestQueue`` runs it in asyncio tasks it owns: at most
 ``max_concurrency`` files at a time, cancellable per file or per store, awaited on shutdown.
-A task hands its outcome to ``finish`` (the service records it); a cancelled task records
-nothing, the canceller does.
+Each task reads and writes as its store's tenant (``FileStores.for_tenant``,
+``VectorIndexes.for_tenant``). A task hands its outcome to ``finish`` (the service records
+it); a cancelled task records nothing, the canceller does.
 """
 
 from __future__ import annotations
@@ -13,13 +14,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import mimetypes
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from app.errors import GatewayError
 from app.files.chunking import chunk_text
 from app.files.extract import ExtractionError, UnsupportedFileError, extract_text
-from app.files.ports import BlobStore, Embedder, FileStore, IndexedChunk, StoredFile, VectorIndex
+from app.files.ports import (
+    BlobStore,
+    Embedder,
+    FileStores,
+    IndexedChunk,
+    StoredFile,
+    VectorIndex,
+    VectorIndexes,
+)
 from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
@@ -125,23 +134,31 @@ async def ingest_file(
     return IngestOutcome(status="completed", usage_bytes=usage, chunks=len(chunks))
 
 
-Finish = Callable[[str, str, IngestOutcome], Awaitable[None]]
-Key = tuple[str, str]  # (vector_store_id, file_id)
+class Finish(Protocol):
+    """Records an ingestion task's outcome (in the store's tenant)."""
+
+    async def __call__(
+        self, vector_store_id: str, file_id: str, outcome: IngestOutcome, *, tenant: str
+    ) -> None: ...
+
+
+Key = tuple[str, str]  # (vector_store_id, file_id): ids are the gateway's, unique over tenants
 
 
 class IngestQueue:
     """Background ingestion tasks, one per (store, file), ``options.concurrency`` at a time.
 
-    ``finish(vector_store_id, file_id, outcome)`` records a task's outcome; it runs inside the
-    task. Callers that cancel tasks and then change the same records must do both under the
-    lock ``finish`` takes, so that a task is never cancelled halfway through recording.
+    ``finish(vector_store_id, file_id, outcome, tenant=...)`` records a task's outcome; it runs
+    inside the task. Callers that cancel tasks and then change the same records must do both
+    under the lock ``finish`` takes, so that a task is never cancelled halfway through
+    recording.
     """
 
     def __init__(
         self,
-        files: FileStore,
+        files: FileStores,
         blobs: BlobStore,
-        index: VectorIndex,
+        index: VectorIndexes,
         embedder: Embedder,
         finish: Finish,
         options: IngestOptions | None = None,
@@ -149,7 +166,9 @@ class IngestQueue:
         options = options or IngestOptions()
         self._files = files
         self._blobs = blobs
-        self._indexing = Indexing(index, embedder, options.batch_size)
+        self._index = index
+        self._embedder = embedder
+        self._batch_size = options.batch_size
         self._finish = finish
         self._slots = asyncio.Semaphore(options.concurrency)
         self._tasks: dict[Key, asyncio.Task[None]] = {}
@@ -158,14 +177,17 @@ class IngestQueue:
     def is_pending(self, vector_store_id: str, file_id: str) -> bool:
         return (vector_store_id, file_id) in self._tasks
 
-    async def submit(self, vector_store_id: str, file_id: str, chunking: JsonObject) -> None:
-        """Start ingesting; a task already running for this file of this store is cancelled."""
+    async def submit(
+        self, vector_store_id: str, file_id: str, chunking: JsonObject, *, tenant: str
+    ) -> None:
+        """Start ingesting a file of ``tenant``'s store; a task already running for this file of
+        this store is cancelled."""
         if self._closed:
             return
         key = (vector_store_id, file_id)
         await self._cancel([key])
         task = asyncio.create_task(
-            self._run(vector_store_id, file_id, chunking),
+            self._run(vector_store_id, file_id, chunking, tenant),
             name=f"ingest {vector_store_id}/{file_id}",
         )
         self._tasks[key] = task
@@ -202,10 +224,12 @@ class IngestQueue:
         if self._tasks.get(key) is task:
             del self._tasks[key]
 
-    async def _run(self, vector_store_id: str, file_id: str, chunking: JsonObject) -> None:
+    async def _run(
+        self, vector_store_id: str, file_id: str, chunking: JsonObject, tenant: str
+    ) -> None:
         async with self._slots:
             try:
-                outcome = await self._ingest(vector_store_id, file_id, chunking)
+                outcome = await self._ingest(vector_store_id, file_id, chunking, tenant)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -214,12 +238,12 @@ class IngestQueue:
                     extra={"vector_store_id": vector_store_id, "file_id": file_id},
                 )
                 outcome = failure("server_error", f"Ingestion failed: {exc}")
-            await self._finish(vector_store_id, file_id, outcome)
+            await self._finish(vector_store_id, file_id, outcome, tenant=tenant)
 
     async def _ingest(
-        self, vector_store_id: str, file_id: str, chunking: JsonObject
+        self, vector_store_id: str, file_id: str, chunking: JsonObject, tenant: str
     ) -> IngestOutcome:
-        file = await self._files.get_file(file_id)
+        file = await self._files.for_tenant(tenant).get_file(file_id)
         data = await self._blobs.get(file_id) if file is not None else None
         if file is None or data is None:
             return failure("invalid_file", f"The file {file_id} no longer exists.")
@@ -227,4 +251,5 @@ class IngestQueue:
             "ingesting file",
             extra={"vector_store_id": vector_store_id, "file_id": file_id, "bytes": len(data)},
         )
-        return await ingest_file(vector_store_id, file, data, chunking, self._indexing)
+        indexing = Indexing(self._index.for_tenant(tenant), self._embedder, self._batch_size)
+        return await ingest_file(vector_store_id, file, data, chunking, indexing)

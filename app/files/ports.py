@@ -1,6 +1,16 @@
 """The ports of files and vector stores: the stored records, and the interfaces the feature's
-services depend on (``FileStore`` and ``VectorIndex`` are implemented in ``app.store``,
-``BlobStore`` by ``app.store.blobs``, ``Embedder`` in ``app.files.embeddings``)."""
+services depend on (``FileStores`` and ``VectorIndexes`` are implemented in ``app.store``,
+``BlobStore`` by ``app.store.blobs``, ``Embedder`` in ``app.files.embeddings``).
+
+**Tenancy** (``app.core.tenancy``): every file, vector store, vector store file, file batch and
+chunk belongs to the tenant that created it. The stores are reached through one tenant's view:
+``FileStores.for_tenant(tenant)`` is a ``FileStore`` and ``VectorIndexes.for_tenant(tenant)`` a
+``VectorIndex`` that see only that tenant's rows and write every row as that tenant's: another
+tenant's id is exactly as unknown to them as an id that names nothing (``None``, ``False``,
+left out of lists, ``UnknownCursorError`` as a cursor). No method of a view can name another
+tenant. The ``BlobStore`` is keyed by file id alone: ids are the gateway's own (never the
+client's), and a file's bytes are only read or deleted after its tenant's ``FileStore`` found it.
+"""
 
 from __future__ import annotations
 
@@ -105,15 +115,13 @@ class Embedder(Protocol):
 
 
 class VectorIndex(Protocol):
-    """Chunks with their embeddings, searched by vector, by keyword or both (hybrid).
+    """One tenant's chunks with their embeddings, searched by vector, by keyword or both
+    (hybrid): a view from ``VectorIndexes.for_tenant`` (chunks are written as the tenant's,
+    and another tenant's chunks are never read, changed or deleted).
 
     The embedded default keeps them in the SQLite database (exact search, FTS5); PostgreSQL
     uses pgvector and its full-text search. Scores are in [0, 1], higher is better.
     """
-
-    async def aclose(self) -> None:
-        """Release the index's own connections (the engine is the caller's)."""
-        ...
 
     async def replace_file_chunks(
         self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
@@ -143,17 +151,28 @@ class VectorIndex(Protocol):
         ...
 
 
+class VectorIndexes(Protocol):
+    """Every tenant's chunks (``app.store.vector_index``): the index the gateway opens once,
+    used through one tenant's view at a time."""
+
+    def for_tenant(self, tenant: str) -> VectorIndex:
+        """The chunks of ``tenant`` (a light view: build one per request)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the index's own connections (the engine is the caller's)."""
+        ...
+
+
 class FileStore(Protocol):
-    """Metadata of files, vector stores and their files (``store.files_sql``).
+    """One tenant's metadata of files, vector stores and their files: a view from
+    ``FileStores.for_tenant`` (every row it writes is the tenant's; another tenant's rows are
+    as absent as rows that do not exist).
 
     Lookups of a missing object return ``None`` / ``False``; every list raises
     ``UnknownCursorError`` (``app.core.store_errors``) for an ``after`` that names no object
     of the list, never ``KeyError``.
     """
-
-    async def aclose(self) -> None:
-        """Release the store's own resources (the SQL store's engine is the caller's)."""
-        ...
 
     async def add_file(self, file: StoredFile) -> None: ...
 
@@ -229,6 +248,24 @@ class FileStore(Protocol):
     async def get_file_batch(
         self, vector_store_id: str, batch_id: str
     ) -> StoredFileBatch | None: ...
+
+
+class FileStores(Protocol):
+    """Every tenant's files, vector stores and their files (``store.files_sql``), used through
+    one tenant's view at a time."""
+
+    def for_tenant(self, tenant: str) -> FileStore:
+        """The rows of ``tenant`` (a light view: build one per request)."""
+        ...
+
+    async def unfinished_ingestions(self) -> list[tuple[str, StoredVectorStoreFile]]:
+        """Every tenant's vector store files still ``in_progress``, each with its tenant,
+        oldest first: what a previous run left to ingest (read once at start-up)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release the store's own resources (the SQL store's engine is the caller's)."""
+        ...
 
 
 class BlobStore(Protocol):

@@ -3,14 +3,15 @@ route parses the body; the file_search tool parses its own with ``requests.parse
 
 Every query is embedded (unless the ranker is ``keyword``) and searched in the index; each chunk
 is kept once with its best score. An attribute filter is applied to the store's completed files
-first, and the index searches only those.
+first, and the index searches only those. Every search is the caller's ``tenant``'s: another
+tenant's store answers the 404 of an unknown one (the file_search tool's too).
 """
 
 from __future__ import annotations
 
 from app.errors import GatewayError, InvalidRequestError
 from app.files import filters
-from app.files.catalog import StoreCatalog
+from app.files.catalog import Catalogs, StoreCatalog
 from app.files.checks import check_filter
 from app.files.paging import all_records
 from app.files.ports import Embedder, SearchHit
@@ -20,17 +21,19 @@ from app.protocol.json_types import JsonObject
 
 
 class SearchService:
-    def __init__(self, catalog: StoreCatalog, embedder: Embedder) -> None:
-        self._catalog = catalog
+    def __init__(self, catalogs: Catalogs, embedder: Embedder) -> None:
+        self._catalogs = catalogs
         self.embedder = embedder
 
-    async def check_vector_store(self, vector_store_id: str) -> None:
-        """OpenAI's 404 when no vector store has this id (one light read)."""
-        await self._catalog.require_store(vector_store_id)
+    async def check_vector_store(self, vector_store_id: str, *, tenant: str) -> None:
+        """OpenAI's 404 when ``tenant`` has no vector store with this id (one light read)."""
+        await self._catalogs.of(tenant).require_store(vector_store_id)
 
-    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
-        """The search results page; 400 for an empty query or a bad filter, 404 for an
-        unknown store."""
+    async def search(
+        self, vector_store_id: str, request: SearchRequest, *, tenant: str
+    ) -> JsonObject:
+        """The search results page; 400 for an empty query or a bad filter, 404 for a store
+        ``tenant`` does not have."""
         queries = [request.query] if isinstance(request.query, str) else list(request.query)
         if not any(q.strip() for q in queries):
             raise InvalidRequestError(
@@ -39,15 +42,16 @@ class SearchService:
                 code="invalid_value",
             )
         condition = check_filter(request.filters)
-        catalog = self._catalog
+        catalog = self._catalogs.of(tenant)
         store = await catalog.require_active_store(vector_store_id)
         options = request.ranking_options
         ranker = index_ranker(options.ranker if options and options.ranker else "auto")
         threshold = options.score_threshold if options and options.score_threshold else 0.0
-        allowed = await self._searchable(store.id, condition)
+        allowed = await _searchable(catalog, store.id, condition)
         hits: list[SearchHit] = []
         if allowed is None or allowed:
-            hits = await self._hits(store.id, queries, ranker, request.max_num_results, allowed)
+            limit = request.max_num_results
+            hits = await self._hits(catalog, store.id, queries, ranker, limit, allowed)
         await catalog.touch(store)
         kept = [hit for hit in hits if hit.score >= threshold]
         # The hits' records and file names: one read per search.
@@ -63,22 +67,9 @@ class SearchService:
             data.append(search_result(record, name, hit.text, hit.score))
         return search_page(queries, data)
 
-    async def _searchable(
-        self, vector_store_id: str, condition: JsonObject | None
-    ) -> list[str] | None:
-        """The files an attribute filter lets through (``None``: no filter, every file)."""
-        if condition is None:
-            return None
-        return [
-            record.file_id
-            async for record in all_records(
-                self._catalog.files, vector_store_id, status="completed"
-            )
-            if filters.matches(condition, record.attributes)
-        ]
-
     async def _hits(
         self,
+        catalog: StoreCatalog,
         vector_store_id: str,
         queries: list[str],
         ranker: str,
@@ -91,7 +82,7 @@ class SearchService:
             vectors = list(await self._embed(queries))
         best: dict[tuple[str, int], SearchHit] = {}
         for query, vector in zip(queries, vectors, strict=True):
-            found = await self._catalog.index.search(
+            found = await catalog.index.search(
                 vector_store_id,
                 embedding=vector,
                 query=query,
@@ -116,3 +107,16 @@ class SearchService:
                 code="embeddings_unavailable",
                 status_code=503,
             ) from exc
+
+
+async def _searchable(
+    catalog: StoreCatalog, vector_store_id: str, condition: JsonObject | None
+) -> list[str] | None:
+    """The files an attribute filter lets through (``None``: no filter, every file)."""
+    if condition is None:
+        return None
+    return [
+        record.file_id
+        async for record in all_records(catalog.files, vector_store_id, status="completed")
+        if filters.matches(condition, record.attributes)
+    ]

@@ -1,6 +1,7 @@
 """``StoreFilesService``: the files of a vector store (``/v1/vector_stores/{id}/files``): add
 one (it is ingested in the background), list, read, update its attributes, detach it, read its
-chunks; and take a deleted file out of every store (the Files API's ``FileDetacher``)."""
+chunks; and take a deleted file out of every store (the Files API's ``FileDetacher``). Each
+is the caller's ``tenant``'s: another tenant's store or file is as unknown as a missing one."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from app.core.ports import Page
 from app.files.attach import FileEntry, StoreIngestion
-from app.files.catalog import StoreCatalog
+from app.files.catalog import Catalogs
 from app.files.checks import chunking_or_400
 from app.files.paging import Cursor, all_stores, window
 from app.files.ports import FileStore, StoredVectorStoreFile
@@ -42,49 +43,55 @@ async def list_store_files(
 
 
 class StoreFilesService:
-    def __init__(self, catalog: StoreCatalog, ingestion: StoreIngestion) -> None:
-        self._catalog = catalog
+    def __init__(self, catalogs: Catalogs, ingestion: StoreIngestion) -> None:
+        self._catalogs = catalogs
         self._ingestion = ingestion
 
-    async def add_file(self, vector_store_id: str, entry: FileEntry) -> JsonObject:
-        catalog = self._catalog
+    async def add_file(self, vector_store_id: str, entry: FileEntry, *, tenant: str) -> JsonObject:
+        catalog = self._catalogs.of(tenant)
         chunking = chunking_or_400(entry.chunking_strategy, entry.param)
         await catalog.require_active_store(vector_store_id)
         await catalog.require_files([entry.file_id], "file_id")
         async with catalog.lock:
             await catalog.require_store(vector_store_id)
-            (record,) = await self._ingestion.attach(vector_store_id, [(entry, chunking)])
+            (record,) = await self._ingestion.attach(catalog, vector_store_id, [(entry, chunking)])
         return file_object(record)
 
-    async def list_files(self, vector_store_id: str, cursor: Cursor, *, status: str | None) -> Page:
-        await self._catalog.require_store(vector_store_id)
+    async def list_files(
+        self, vector_store_id: str, cursor: Cursor, *, status: str | None, tenant: str
+    ) -> Page:
+        catalog = self._catalogs.of(tenant)
+        await catalog.require_store(vector_store_id)
         return await list_store_files(
-            self._catalog.files, vector_store_id, cursor, status=status, file_ids=None
+            catalog.files, vector_store_id, cursor, status=status, file_ids=None
         )
 
-    async def get_file(self, vector_store_id: str, file_id: str) -> JsonObject:
-        return file_object(await self._catalog.require_record(vector_store_id, file_id))
+    async def get_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> JsonObject:
+        catalog = self._catalogs.of(tenant)
+        return file_object(await catalog.require_record(vector_store_id, file_id))
 
     async def update_file(
-        self, vector_store_id: str, file_id: str, attributes: dict[str, Any]
+        self, vector_store_id: str, file_id: str, attributes: dict[str, Any], *, tenant: str
     ) -> JsonObject:
-        catalog = self._catalog
+        catalog = self._catalogs.of(tenant)
         async with catalog.lock:
             record = await catalog.require_record(vector_store_id, file_id)
             record = dataclasses.replace(record, attributes=attributes)
             await catalog.files.put_vector_store_file(record)
         return file_object(record)
 
-    async def remove_file(self, vector_store_id: str, file_id: str) -> JsonObject:
+    async def remove_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> JsonObject:
         """Detach a file from the store: its chunks go, the file stays."""
-        async with self._catalog.lock:
-            record = await self._catalog.require_record(vector_store_id, file_id)
-            await self._ingestion.detach(vector_store_id, record)
+        catalog = self._catalogs.of(tenant)
+        async with catalog.lock:
+            record = await catalog.require_record(vector_store_id, file_id)
+            await self._ingestion.detach(catalog, vector_store_id, record)
         return deleted(file_id, "vector_store.file.deleted")
 
-    async def file_content(self, vector_store_id: str, file_id: str) -> JsonObject:
-        await self._catalog.require_record(vector_store_id, file_id)
-        chunks = await self._catalog.index.file_chunks(vector_store_id, file_id)
+    async def file_content(self, vector_store_id: str, file_id: str, *, tenant: str) -> JsonObject:
+        catalog = self._catalogs.of(tenant)
+        await catalog.require_record(vector_store_id, file_id)
+        chunks = await catalog.index.file_chunks(vector_store_id, file_id)
         return {
             "object": "vector_store.file_content.page",
             "data": [{"type": "text", "text": text} for text in chunks],
@@ -92,12 +99,13 @@ class StoreFilesService:
             "next_page": None,
         }
 
-    async def forget_file(self, file_id: str) -> None:
-        """A file is being deleted: take it out of every store (``files.files.FileDetacher``)."""
-        files = self._catalog.files
-        async with self._catalog.lock:
+    async def forget_file(self, file_id: str, *, tenant: str) -> None:
+        """A file of ``tenant`` is being deleted: take it out of every store of the tenant (the
+        only ones it can be in: ``files.files.FileDetacher``)."""
+        catalog = self._catalogs.of(tenant)
+        async with catalog.lock:
             await self._ingestion.queue.cancel_file(file_id)
-            async for store in all_stores(files):
-                record = await files.get_vector_store_file(store.id, file_id)
+            async for store in all_stores(catalog.files):
+                record = await catalog.files.get_vector_store_file(store.id, file_id)
                 if record is not None:
-                    await self._ingestion.detach(store.id, record)
+                    await self._ingestion.detach(catalog, store.id, record)

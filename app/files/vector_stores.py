@@ -1,6 +1,7 @@
 """``VectorStoresService``: the Vector Stores API (``/v1/vector_stores``) over a FileStore, a
-BlobStore, a VectorIndex and an Embedder, as one service per concept sharing one
-``StoreCatalog`` (records, lock, clock) and one ``StoreIngestion`` (the background queue):
+BlobStore, a VectorIndex and an Embedder, as one service per concept sharing one ``Catalogs``
+(every tenant's records, the lock, the clock; each call is one tenant's: ``Catalogs.of``) and
+one ``StoreIngestion`` (the background queue):
 
 - ``stores`` (``files.stores.StoresService``): the vector stores;
 - ``store_files`` (``files.store_files.StoreFilesService``): their files, and a deleted file's
@@ -18,9 +19,9 @@ from collections.abc import Callable
 
 from app.files.attach import StoreIngestion
 from app.files.batches import FileBatchesService
-from app.files.catalog import StoreCatalog
+from app.files.catalog import Catalogs
 from app.files.ingest import IngestOptions, IngestQueue
-from app.files.ports import BlobStore, Embedder, FileStore, VectorIndex
+from app.files.ports import BlobStore, Embedder, FileStores, VectorIndexes
 from app.files.search import SearchService
 from app.files.store_files import StoreFilesService
 from app.files.stores import StoresService
@@ -29,20 +30,20 @@ from app.files.stores import StoresService
 class VectorStoresService:
     def __init__(
         self,
-        files: FileStore,
+        files: FileStores,
         blobs: BlobStore,
-        index: VectorIndex,
+        index: VectorIndexes,
         embedder: Embedder,
         clock: Callable[[], float] = time.time,
         *,
         ingest: IngestOptions | None = None,
     ) -> None:
-        catalog = StoreCatalog(files, index, clock)
-        self._ingestion = StoreIngestion(catalog, blobs, embedder, ingest)
-        self.stores = StoresService(catalog, self._ingestion)
-        self.store_files = StoreFilesService(catalog, self._ingestion)
-        self.batches = FileBatchesService(catalog, self._ingestion)
-        self.searcher = SearchService(catalog, embedder)
+        catalogs = Catalogs(files, index, clock)
+        self._ingestion = StoreIngestion(catalogs, blobs, embedder, ingest)
+        self.stores = StoresService(catalogs, self._ingestion)
+        self.store_files = StoreFilesService(catalogs, self._ingestion)
+        self.batches = FileBatchesService(catalogs, self._ingestion)
+        self.searcher = SearchService(catalogs, embedder)
 
     @property
     def ingest(self) -> IngestQueue:
@@ -50,7 +51,8 @@ class VectorStoresService:
         return self._ingestion.queue
 
     async def resume_pending(self) -> int:
-        """Ingest again the files a previous run left ``in_progress`` (call at startup)."""
+        """Ingest again the files a previous run left ``in_progress``, each in its store's
+        tenant (call at startup)."""
         return await self._ingestion.resume_pending()
 
     async def wait_idle(self) -> None:

@@ -53,6 +53,8 @@ metadata = MetaData(
 )
 
 ID = String(128)
+# The owner of a row (``app.core.tenancy``): a project's name, or a JWT claim's value.
+TENANT = String(128)
 
 items = Table(
     "items",
@@ -156,8 +158,10 @@ background_events = Table(
 
 # ------------------------------------------------------------------ files and vector stores
 #
-# No foreign keys: ``SqlFileStore`` deletes a file's or a vector store's rows itself, and the
-# chunks belong to the vector index (``app.store.vector_index``), which deletes them on its own.
+# Every row has its tenant (``app.files.ports``: one tenant's view sees only its rows); a
+# vector store's files, batches and chunks have their store's (migration 0007). No foreign
+# keys: ``SqlFileStore`` deletes a file's or a vector store's rows itself, and the chunks
+# belong to the vector index (``app.store.vector_index``), which deletes them on its own.
 
 files = Table(
     "files",
@@ -169,6 +173,7 @@ files = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("expires_at", BigInteger, nullable=True),
     Column("status", String(32), nullable=False),
+    Column("tenant", TENANT, nullable=False),
 )
 
 vector_stores = Table(
@@ -183,6 +188,7 @@ vector_stores = Table(
     Column("last_active_at", BigInteger, nullable=False),
     Column("status", String(32), nullable=False),
     Column("usage_bytes", BigInteger, nullable=False),
+    Column("tenant", TENANT, nullable=False),
 )
 
 vector_store_files = Table(
@@ -196,6 +202,7 @@ vector_store_files = Table(
     Column("attributes", JSON, nullable=False),
     Column("chunking_strategy", JSON, nullable=False),
     Column("usage_bytes", BigInteger, nullable=False),
+    Column("tenant", TENANT, nullable=False),
 )
 
 vector_store_file_batches = Table(
@@ -206,6 +213,7 @@ vector_store_file_batches = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("status", String(32), nullable=False),
     Column("file_ids", JSON, nullable=False),
+    Column("tenant", TENANT, nullable=False),
 )
 
 
@@ -249,6 +257,7 @@ chunks = Table(
     Column("text", Text, nullable=False),
     Column("tokens", Integer, nullable=False),
     Column("embedding", Embedding, nullable=False),
+    Column("tenant", TENANT, nullable=False),
     # SQLite: ids are never reused (AUTOINCREMENT), so that a cached id never names another
     # chunk later.
     sqlite_autoincrement=True,
@@ -265,8 +274,9 @@ chunk_versions = Table(
     Column("version", BigInteger, nullable=False),
 )
 
-Index(None, files.c.created_at, files.c.id)
-Index(None, vector_stores.c.created_at, vector_stores.c.id)
+# The lists are one tenant's: its rows by (created_at, id).
+Index(None, files.c.tenant, files.c.created_at, files.c.id)
+Index(None, vector_stores.c.tenant, vector_stores.c.created_at, vector_stores.c.id)
 Index(None, vector_store_files.c.vector_store_id, vector_store_files.c.status)
 Index(None, vector_store_files.c.file_id)
 Index(None, vector_store_file_batches.c.vector_store_id)

@@ -29,21 +29,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.api.errors import install_error_handlers
 from app.api.routes import files as files_routes
 from app.api.routes import vector_stores as vector_stores_routes
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.files import FilesService
-from app.files.ports import BlobStore, FileStore, VectorIndex
+from app.files.ports import BlobStore, FileStores, VectorIndexes
 from app.files.vector_stores import VectorStoresService
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
-from app.store.files_sql import SqlFileStore
+from app.store.files_sql import SqlFileStores
 from app.store.migrate import prepare_database, upgrade_to_head
 from app.store.vector_index.choice import open_vector_index
 from tests.fakes import (
     FakeClock,
     FakeEmbedder,
     MemoryBlobStore,
-    MemoryFileStore,
+    MemoryFileStores,
     MemoryVectorIndex,
 )
 from tests.postgres import run_in_thread, throwaway_database
@@ -66,13 +67,14 @@ class FileGateway:
     sdk: openai.AsyncOpenAI
     files: FilesService
     vector_stores: VectorStoresService
-    store: FileStore
+    store: FileStores
     blobs: BlobStore
-    index: VectorIndex
+    index: VectorIndexes
     embedder: FakeEmbedder
     clock: FakeClock
     backend: str
     settings: Settings
+    app: FastAPI
 
     async def upload(
         self, filename: str, data: bytes | str, purpose: str = "assistants", **form: str
@@ -131,11 +133,11 @@ async def file_gateway(
     """The Files and Vector Stores routers on ``backend``'s adapters, with a fake clock and a
     fake embedder; pending ingestion is cancelled at the end."""
     async with contextlib.AsyncExitStack() as stack:
-        store: FileStore
+        store: FileStores
         blobs: BlobStore
-        index: VectorIndex
+        index: VectorIndexes
         if backend == "memory":
-            store, blobs, index = MemoryFileStore(), MemoryBlobStore(), MemoryVectorIndex()
+            store, blobs, index = MemoryFileStores(), MemoryBlobStore(), MemoryVectorIndex()
         else:
             if backend == "sqlite":
                 url = f"sqlite+aiosqlite:///{data_dir / 'respgate.db'}"
@@ -147,7 +149,7 @@ async def file_gateway(
             if backend == "postgresql":
                 await _empty_postgres(engine)
             store, blobs, index = (
-                SqlFileStore(engine),
+                SqlFileStores(engine),
                 DiskBlobStore(data_dir / "files"),
                 await open_vector_index(engine),
             )
@@ -168,7 +170,18 @@ async def file_gateway(
         )
         stack.push_async_callback(sdk.close)
         yield FileGateway(
-            http, sdk, files, vector_stores, store, blobs, index, embedder, clock, backend, settings
+            http,
+            sdk,
+            files,
+            vector_stores,
+            store,
+            blobs,
+            index,
+            embedder,
+            clock,
+            backend,
+            settings,
+            app,
         )
 
 
@@ -441,7 +454,7 @@ async def test_delete_detaches_the_file_from_vector_stores(gw: FileGateway) -> N
         assert store["usage_bytes"] == len("Owls hunt at night.")
         reply = await gw.http.get(f"/v1/vector_stores/{store_id}/files/{uploaded['id']}")
         assert reply.status_code == 404
-        assert await gw.index.file_chunks(store_id, uploaded["id"]) == []
+        assert await gw.index.file_chunks(store_id, uploaded["id"], tenant=DEFAULT_TENANT) == []
         found = (
             await gw.http.post(f"/v1/vector_stores/{store_id}/search", json={"query": "herons"})
         ).json()

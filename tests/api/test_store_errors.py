@@ -32,6 +32,7 @@ from tests.fakes import (
     FakeUpstream,
     MemoryBlobStore,
     MemoryFileStore,
+    MemoryFileStores,
     MemoryResponseStore,
     MemoryVectorIndex,
     text_response,
@@ -88,16 +89,26 @@ class FaultyResponseStore(MemoryResponseStore):
         )
 
 
-class FaultyFileStore(MemoryFileStore):
-    """``fault[method]``: what that list method raises instead of answering (a bug)."""
+class FaultyFileStores(MemoryFileStores):
+    """``fault[method]``: what that list method of every tenant's view raises instead of
+    answering (a bug)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.fault: dict[str, Exception] = {}
 
+    def for_tenant(self, tenant: str) -> FaultyFileStore:
+        return FaultyFileStore(self, tenant)
+
+
+class FaultyFileStore(MemoryFileStore):
+    """One tenant's view of ``FaultyFileStores``."""
+
+    rows: FaultyFileStores
+
     def _raise_fault(self, method: str) -> None:
-        if method in self.fault:
-            raise self.fault[method]
+        if method in self.rows.fault:
+            raise self.rows.fault[method]
 
     async def list_files(
         self, *, purpose: str | None, after: str | None, limit: int, order: str
@@ -261,7 +272,7 @@ def test_conversation_deleted_during_a_response(
 
 
 @contextlib.asynccontextmanager
-async def files_app(store: FaultyFileStore, data_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
+async def files_app(store: FaultyFileStores, data_dir: Path) -> AsyncIterator[httpx.AsyncClient]:
     clock, blobs = FakeClock(), MemoryBlobStore()
     vector_stores = VectorStoresService(store, blobs, MemoryVectorIndex(), FakeEmbedder(), clock)
     files = FilesService(store, blobs, clock, detacher=vector_stores.store_files)
@@ -276,7 +287,7 @@ async def files_app(store: FaultyFileStore, data_dir: Path) -> AsyncIterator[htt
 
 @pytest.mark.parametrize("bug", [KeyError("oops"), ValueError("oops")], ids=repr)
 async def test_file_store_cursors(tmp_path: Path, bug: Exception) -> None:
-    store = FaultyFileStore()
+    store = FaultyFileStores()
     async with files_app(store, tmp_path) as http:
         created = await http.post("/v1/vector_stores", json={"name": "notes"})
         assert created.status_code == 200, created.text

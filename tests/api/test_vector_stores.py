@@ -13,6 +13,7 @@ from typing import Any
 import openai
 import pytest
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.embeddings import EmbeddingsUnavailableError
 from app.protocol.json_types import JsonObject
 from tests.api.test_files import (
@@ -359,7 +360,7 @@ async def test_update_and_remove_a_file(gw: FileGateway) -> None:
         "object": "vector_store.file.deleted",
         "deleted": True,
     }
-    assert await gw.index.file_chunks(store_id, ids["owls"]) == []
+    assert await gw.index.file_chunks(store_id, ids["owls"], tenant=DEFAULT_TENANT) == []
     assert (await gw.http.get(f"/v1/files/{ids['owls']}")).status_code == 200  # file stays
     store = await get(gw, f"/v1/vector_stores/{store_id}")
     assert store["file_counts"]["total"] == 2
@@ -532,7 +533,7 @@ async def test_cancel_a_batch(gw: FileGateway) -> None:
     for file_id in ids:
         record = await get(gw, f"/v1/vector_stores/{store['id']}/files/{file_id}")
         assert record["status"] == "cancelled"
-        assert await gw.index.file_chunks(store["id"], file_id) == []
+        assert await gw.index.file_chunks(store["id"], file_id, tenant=DEFAULT_TENANT) == []
     assert (await get(gw, f"/v1/vector_stores/{store['id']}"))["file_counts"]["cancelled"] == 3
 
 

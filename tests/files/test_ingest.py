@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.errors import GatewayError, InvalidRequestError
 from app.files.attach import FileEntry
 from app.files.embeddings import EmbeddingsUnavailableError, UnavailableEmbedder
@@ -34,9 +35,11 @@ from tests.fakes import (
     FakeClock,
     FakeEmbedder,
     MemoryBlobStore,
-    MemoryFileStore,
+    MemoryFileStores,
     MemoryVectorIndex,
 )
+
+T = DEFAULT_TENANT  # every file and store here is one tenant's (tests/api/test_file_tenancy.py)
 
 AUTO = {"type": "static", "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}}
 SMALL = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}
@@ -47,7 +50,7 @@ LONG_TEXT = " ".join(f"Sentence number {i} talks about topic {i % 7}." for i in 
 
 async def search(vector_stores: VectorStoresService, store_id: str, body: JsonObject) -> JsonObject:
     """A search as the file_search tool makes one: the body parsed once, then searched."""
-    return await vector_stores.searcher.search(store_id, parse_search(body))
+    return await vector_stores.searcher.search(store_id, parse_search(body), tenant=T)
 
 
 def stored(file_id: str, filename: str, data: bytes) -> StoredFile:
@@ -67,9 +70,9 @@ async def test_ingest_file_indexes_every_chunk_in_batches() -> None:
         stored("file-1", "notes.txt", data),
         data,
         SMALL,
-        Indexing(index, embedder, batch_size=3),
+        Indexing(index.for_tenant(T), embedder, batch_size=3),
     )
-    chunks = index.chunks[("vs_1", "file-1")]
+    chunks = index.chunks[("vs_1", "file-1", T)]
     assert outcome.status == "completed"
     assert outcome.last_error is None
     assert outcome.chunks == len(chunks) > 3
@@ -87,7 +90,11 @@ async def test_the_strategy_sets_the_chunk_size() -> None:
     for strategy in (AUTO, SMALL):
         index = MemoryVectorIndex()
         outcome = await ingest_file(
-            "vs", stored("f", "a.md", data), data, strategy, Indexing(index, FakeEmbedder())
+            "vs",
+            stored("f", "a.md", data),
+            data,
+            strategy,
+            Indexing(index.for_tenant(T), FakeEmbedder()),
         )
         counts.append(outcome.chunks)
     assert counts[0] < counts[1]
@@ -109,7 +116,7 @@ async def test_unreadable_files_fail_with_openai_codes(
 ) -> None:
     index = MemoryVectorIndex()
     outcome = await ingest_file(
-        "vs", stored("f", filename, data), data, AUTO, Indexing(index, FakeEmbedder())
+        "vs", stored("f", filename, data), data, AUTO, Indexing(index.for_tenant(T), FakeEmbedder())
     )
     assert outcome.status == "failed"
     assert outcome.last_error is not None
@@ -122,17 +129,25 @@ async def test_docx_is_extracted() -> None:
     data = _docx("The quarterly report mentions pelicans.")
     index = MemoryVectorIndex()
     outcome = await ingest_file(
-        "vs", stored("f", "report.docx", data), data, AUTO, Indexing(index, FakeEmbedder())
+        "vs",
+        stored("f", "report.docx", data),
+        data,
+        AUTO,
+        Indexing(index.for_tenant(T), FakeEmbedder()),
     )
     assert outcome.status == "completed", outcome
-    assert "pelicans" in index.chunks[("vs", "f")][0].text
+    assert "pelicans" in index.chunks[("vs", "f", T)][0].text
 
 
 async def test_an_unavailable_embedder_is_a_server_error_with_its_reason() -> None:
     data = b"hello world"
     embedder = UnavailableEmbedder("No embedding model is available: install one.")
     outcome = await ingest_file(
-        "vs", stored("f", "a.txt", data), data, AUTO, Indexing(MemoryVectorIndex(), embedder)
+        "vs",
+        stored("f", "a.txt", data),
+        data,
+        AUTO,
+        Indexing(MemoryVectorIndex().for_tenant(T), embedder),
     )
     assert outcome == IngestOutcome(
         status="failed",
@@ -143,7 +158,11 @@ async def test_an_unavailable_embedder_is_a_server_error_with_its_reason() -> No
     )
     crashing = FakeEmbedder(fail=ConnectionError("embedding server refused the connection"))
     outcome = await ingest_file(
-        "vs", stored("f", "a.txt", data), data, AUTO, Indexing(MemoryVectorIndex(), crashing)
+        "vs",
+        stored("f", "a.txt", data),
+        data,
+        AUTO,
+        Indexing(MemoryVectorIndex().for_tenant(T), crashing),
     )
     assert outcome.last_error == {
         "code": "server_error",
@@ -178,17 +197,17 @@ class CountingEmbedder(FakeEmbedder):
 
 @dataclass
 class QueueSetup:
-    files: MemoryFileStore
+    files: MemoryFileStores
     blobs: MemoryBlobStore
     index: MemoryVectorIndex
     outcomes: dict[tuple[str, str], IngestOutcome]
 
 
 async def _queue_setup(count: int) -> QueueSetup:
-    files, blobs = MemoryFileStore(), MemoryBlobStore()
+    files, blobs = MemoryFileStores(), MemoryBlobStore()
     for i in range(count):
         data = f"document {i} about herons".encode()
-        await files.add_file(stored(f"file-{i}", f"doc{i}.txt", data))
+        await files.for_tenant(T).add_file(stored(f"file-{i}", f"doc{i}.txt", data))
         await blobs.put(f"file-{i}", data)
     return QueueSetup(files, blobs, MemoryVectorIndex(), {})
 
@@ -197,14 +216,15 @@ async def test_the_queue_runs_at_most_n_files_at_once() -> None:
     setup = await _queue_setup(5)
     embedder = CountingEmbedder()
 
-    async def finish(store_id: str, file_id: str, outcome: IngestOutcome) -> None:
+    async def finish(store_id: str, file_id: str, outcome: IngestOutcome, *, tenant: str) -> None:
+        assert tenant == T
         setup.outcomes[(store_id, file_id)] = outcome
 
     queue = IngestQueue(
         setup.files, setup.blobs, setup.index, embedder, finish, IngestOptions(concurrency=2)
     )
     for i in range(5):
-        await queue.submit("vs", f"file-{i}", AUTO)
+        await queue.submit("vs", f"file-{i}", AUTO, tenant=T)
     await embedder.two_running.wait()
     # Two files hold the slots (their embedding is held on the gate); the others wait for one.
     assert queue._slots.locked()
@@ -223,12 +243,13 @@ async def test_a_cancelled_task_records_nothing_and_aclose_cancels_the_rest() ->
     setup = await _queue_setup(3)
     embedder = CountingEmbedder()
 
-    async def finish(store_id: str, file_id: str, outcome: IngestOutcome) -> None:
+    async def finish(store_id: str, file_id: str, outcome: IngestOutcome, *, tenant: str) -> None:
+        assert tenant == T
         setup.outcomes[(store_id, file_id)] = outcome
 
     queue = IngestQueue(setup.files, setup.blobs, setup.index, embedder, finish)
     for i in range(3):
-        await queue.submit("vs", f"file-{i}", AUTO)
+        await queue.submit("vs", f"file-{i}", AUTO, tenant=T)
     await embedder.started.wait()
     await queue.cancel("vs", "file-0")
     await queue.cancel_store("other")  # names no task
@@ -236,7 +257,7 @@ async def test_a_cancelled_task_records_nothing_and_aclose_cancels_the_rest() ->
     await queue.aclose()
     assert setup.outcomes == {}
     assert setup.index.chunks == {}
-    await queue.submit("vs", "file-0", AUTO)  # after close: ignored
+    await queue.submit("vs", "file-0", AUTO, tenant=T)  # after close: ignored
     assert not queue.is_pending("vs", "file-0")
 
 
@@ -245,21 +266,22 @@ async def test_a_missing_blob_fails_the_file_and_a_crash_is_a_server_error() -> 
     await setup.blobs.delete("file-0")
 
     class BrokenIndex(MemoryVectorIndex):
-        async def replace_file_chunks(self, *args: Any) -> None:
+        async def replace_file_chunks(self, *args: Any, **kwargs: Any) -> None:
             raise RuntimeError("disk full")
 
-    async def finish(store_id: str, file_id: str, outcome: IngestOutcome) -> None:
+    async def finish(store_id: str, file_id: str, outcome: IngestOutcome, *, tenant: str) -> None:
+        assert tenant == T
         setup.outcomes[(store_id, file_id)] = outcome
 
     queue = IngestQueue(setup.files, setup.blobs, BrokenIndex(), FakeEmbedder(), finish)
-    await queue.submit("vs", "file-0", AUTO)
+    await queue.submit("vs", "file-0", AUTO, tenant=T)
     await queue.wait_idle()
     assert setup.outcomes[("vs", "file-0")].last_error == {
         "code": "invalid_file",
         "message": "The file file-0 no longer exists.",
     }
     await setup.blobs.put("file-0", b"some text")
-    await queue.submit("vs", "file-0", AUTO)
+    await queue.submit("vs", "file-0", AUTO, tenant=T)
     await queue.wait_idle()
     assert setup.outcomes[("vs", "file-0")].last_error == {
         "code": "server_error",
@@ -272,7 +294,7 @@ async def test_a_missing_blob_fails_the_file_and_a_crash_is_a_server_error() -> 
 
 @dataclass
 class Services:
-    store: MemoryFileStore
+    store: MemoryFileStores
     blobs: MemoryBlobStore
     index: MemoryVectorIndex
     embedder: FakeEmbedder
@@ -282,13 +304,13 @@ class Services:
 
     async def upload(self, name: str, text: str | bytes) -> str:
         data = text.encode() if isinstance(text, str) else text
-        created = await self.files.create(filename=name, data=data, purpose="assistants")
+        created = await self.files.create(filename=name, data=data, purpose="assistants", tenant=T)
         return str(created["id"])
 
 
 @pytest.fixture
 async def services() -> AsyncIterator[Services]:
-    store, blobs, index = MemoryFileStore(), MemoryBlobStore(), MemoryVectorIndex()
+    store, blobs, index = MemoryFileStores(), MemoryBlobStore(), MemoryVectorIndex()
     embedder, clock = FakeEmbedder(), FakeClock()
     vector_stores = VectorStoresService(store, blobs, index, embedder, clock)
     files = FilesService(store, blobs, clock, detacher=vector_stores.store_files)
@@ -303,6 +325,7 @@ async def _new_store(s: Services, file_ids: list[str] | None = None, **kw: Any) 
         expires_after=kw.get("expires_after"),
         file_ids=file_ids or [],
         chunking_strategy=kw.get("chunking_strategy"),
+        tenant=T,
     )
     return str(created["id"])
 
@@ -314,7 +337,7 @@ async def test_files_move_from_in_progress_to_completed(services: Services) -> N
     good = await s.upload("herons.txt", "Herons are wading birds of the family Ardeidae.")
     bad = await s.upload("image.png", b"\x89PNG\r\n\x1a\n" + bytes(32))
     store_id = await _new_store(s, [good, bad])
-    store = await s.vector_stores.stores.get(store_id)
+    store = await s.vector_stores.stores.get(store_id, tenant=T)
     assert store["status"] == "in_progress"
     assert store["file_counts"] == {
         "in_progress": 2,
@@ -323,7 +346,7 @@ async def test_files_move_from_in_progress_to_completed(services: Services) -> N
         "cancelled": 0,
         "total": 2,
     }
-    record = await s.vector_stores.store_files.get_file(store_id, good)
+    record = await s.vector_stores.store_files.get_file(store_id, good, tenant=T)
     assert (record["status"], record["usage_bytes"], record["last_error"]) == (
         "in_progress",
         0,
@@ -332,15 +355,15 @@ async def test_files_move_from_in_progress_to_completed(services: Services) -> N
     assert record["chunking_strategy"] == AUTO
     gate.set()
     await s.vector_stores.wait_idle()
-    store = await s.vector_stores.stores.get(store_id)
+    store = await s.vector_stores.stores.get(store_id, tenant=T)
     assert store["status"] == "completed"
     assert store["file_counts"]["completed"] == 1
     assert store["file_counts"]["failed"] == 1
-    record = await s.vector_stores.store_files.get_file(store_id, good)
+    record = await s.vector_stores.store_files.get_file(store_id, good, tenant=T)
     assert record["status"] == "completed"
     assert record["usage_bytes"] == len(b"Herons are wading birds of the family Ardeidae.")
     assert store["usage_bytes"] == record["usage_bytes"]
-    failed = await s.vector_stores.store_files.get_file(store_id, bad)
+    failed = await s.vector_stores.store_files.get_file(store_id, bad, tenant=T)
     assert failed["status"] == "failed"
     assert failed["last_error"]["code"] == "unsupported_file"
 
@@ -351,15 +374,15 @@ async def test_removing_a_file_while_it_is_ingested_leaves_no_chunks(services: S
     s.embedder.gate = gate
     file_id = await s.upload("a.txt", "alpha beta gamma")
     store_id = await _new_store(s)
-    await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"k": "v"}))
+    await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"k": "v"}), tenant=T)
     assert s.vector_stores.ingest.is_pending(store_id, file_id)
-    deleted = await s.vector_stores.store_files.remove_file(store_id, file_id)
+    deleted = await s.vector_stores.store_files.remove_file(store_id, file_id, tenant=T)
     assert deleted == {"id": file_id, "object": "vector_store.file.deleted", "deleted": True}
     gate.set()
     await s.vector_stores.wait_idle()
     assert s.index.chunks == {}
-    assert (await s.vector_stores.stores.get(store_id))["file_counts"]["total"] == 0
-    assert await s.files.get(file_id)  # the file itself stays
+    assert (await s.vector_stores.stores.get(store_id, tenant=T))["file_counts"]["total"] == 0
+    assert await s.files.get(file_id, tenant=T)  # the file itself stays
 
 
 async def test_deleting_a_file_detaches_it_from_every_store(services: Services) -> None:
@@ -369,13 +392,17 @@ async def test_deleting_a_file_detaches_it_from_every_store(services: Services) 
     first = await _new_store(s, [file_id, other])
     second = await _new_store(s, [file_id])
     await s.vector_stores.wait_idle()
-    assert (await s.vector_stores.stores.get(first))["usage_bytes"] == len(
+    assert (await s.vector_stores.stores.get(first, tenant=T))["usage_bytes"] == len(
         "alpha beta gamma"
     ) + len("delta epsilon")
-    assert await s.files.delete(file_id) == {"id": file_id, "object": "file", "deleted": True}
-    assert set(s.index.chunks) == {(first, other)}
+    assert await s.files.delete(file_id, tenant=T) == {
+        "id": file_id,
+        "object": "file",
+        "deleted": True,
+    }
+    assert set(s.index.chunks) == {(first, other, T)}
     for store_id, total, usage in ((first, 1, len("delta epsilon")), (second, 0, 0)):
-        store = await s.vector_stores.stores.get(store_id)
+        store = await s.vector_stores.stores.get(store_id, tenant=T)
         assert (store["file_counts"]["total"], store["usage_bytes"]) == (total, usage)
     assert s.blobs.blobs.keys() == {other}
 
@@ -386,16 +413,20 @@ async def test_re_adding_a_failed_file_ingests_it_again(services: Services) -> N
     file_id = await s.upload("a.txt", "some words")
     store_id = await _new_store(s, [file_id])
     await s.vector_stores.wait_idle()
-    record = await s.vector_stores.store_files.get_file(store_id, file_id)
+    record = await s.vector_stores.store_files.get_file(store_id, file_id, tenant=T)
     assert record["last_error"] == {"code": "server_error", "message": "no model"}
     s.embedder.fail = None
-    again = await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"n": 1}))
+    again = await s.vector_stores.store_files.add_file(
+        store_id, FileEntry(file_id, {"n": 1}), tenant=T
+    )
     assert (again["status"], again["attributes"]) == ("in_progress", {"n": 1})
     await s.vector_stores.wait_idle()
-    record = await s.vector_stores.store_files.get_file(store_id, file_id)
+    record = await s.vector_stores.store_files.get_file(store_id, file_id, tenant=T)
     assert (record["status"], record["last_error"]) == ("completed", None)
     # A completed file added again is left as it is.
-    same = await s.vector_stores.store_files.add_file(store_id, FileEntry(file_id, {"n": 2}))
+    same = await s.vector_stores.store_files.add_file(
+        store_id, FileEntry(file_id, {"n": 2}), tenant=T
+    )
     assert same == record
 
 
@@ -406,11 +437,11 @@ async def test_cancelling_a_batch(services: Services) -> None:
     ids = [await s.upload(f"{i}.txt", f"text number {i}") for i in range(3)]
     store_id = await _new_store(s)
     batch = await s.vector_stores.batches.create_batch(
-        store_id, [FileEntry(file_id, {"i": i}) for i, file_id in enumerate(ids)]
+        store_id, [FileEntry(file_id, {"i": i}) for i, file_id in enumerate(ids)], tenant=T
     )
     assert batch["status"] == "in_progress"
     assert batch["file_counts"]["in_progress"] == 3
-    cancelled = await s.vector_stores.batches.cancel_batch(store_id, batch["id"])
+    cancelled = await s.vector_stores.batches.cancel_batch(store_id, batch["id"], tenant=T)
     assert cancelled["status"] == "cancelled"
     assert cancelled["file_counts"] == {
         "in_progress": 0,
@@ -422,10 +453,10 @@ async def test_cancelling_a_batch(services: Services) -> None:
     gate.set()
     await s.vector_stores.wait_idle()
     assert s.index.chunks == {}
-    store = await s.vector_stores.stores.get(store_id)
+    store = await s.vector_stores.stores.get(store_id, tenant=T)
     assert (store["status"], store["file_counts"]["cancelled"]) == ("completed", 3)
     page = await s.vector_stores.batches.list_batch_files(
-        store_id, batch["id"], PAGE, status="cancelled"
+        store_id, batch["id"], PAGE, status="cancelled", tenant=T
     )
     assert sorted(item["id"] for item in page.items) == sorted(ids)
 
@@ -436,13 +467,13 @@ async def test_search_filters_by_attributes_and_touches_the_store(services: Serv
     trains = await s.upload("trains.txt", "Steam trains ran on coal and water.")
     store_id = await _new_store(s, expires_after={"anchor": "last_active_at", "days": 2})
     await s.vector_stores.store_files.add_file(
-        store_id, FileEntry(herons, {"kind": "bird", "year": 2020})
+        store_id, FileEntry(herons, {"kind": "bird", "year": 2020}), tenant=T
     )
     await s.vector_stores.store_files.add_file(
-        store_id, FileEntry(trains, {"kind": "machine", "year": 1890})
+        store_id, FileEntry(trains, {"kind": "machine", "year": 1890}), tenant=T
     )
     await s.vector_stores.wait_idle()
-    created = await s.vector_stores.stores.get(store_id)
+    created = await s.vector_stores.stores.get(store_id, tenant=T)
     s.clock.advance(3600)
 
     page = await search(s.vector_stores, store_id, {"query": "birds that eat fish"})
@@ -457,7 +488,7 @@ async def test_search_filters_by_attributes_and_touches_the_store(services: Serv
     ]
     assert 0 <= page["data"][-1]["score"] <= page["data"][0]["score"] <= 1
 
-    touched = await s.vector_stores.stores.get(store_id)
+    touched = await s.vector_stores.stores.get(store_id, tenant=T)
     assert touched["last_active_at"] == created["last_active_at"] + 3600
     assert touched["expires_at"] == touched["last_active_at"] + 2 * 86400
 
@@ -515,7 +546,7 @@ async def test_search_errors(services: Services) -> None:
         "no embedding model",
     )
     s.clock.advance(86400)
-    assert (await s.vector_stores.stores.get(store_id))["status"] == "expired"
+    assert (await s.vector_stores.stores.get(store_id, tenant=T))["status"] == "expired"
     with pytest.raises(InvalidRequestError) as expired:
         await search(s.vector_stores, store_id, {"query": "x"})
     assert expired.value.message == f"Vector store '{store_id}' has expired."
@@ -528,7 +559,7 @@ async def test_resume_pending_ingests_what_a_previous_run_left(services: Service
     file_id = await s.upload("a.txt", "resumable text")
     store_id = await _new_store(s, [file_id])
     await s.vector_stores.aclose()  # the "previous run" stops mid-ingestion
-    assert (await s.vector_stores.store_files.get_file(store_id, file_id))[
+    assert (await s.vector_stores.store_files.get_file(store_id, file_id, tenant=T))[
         "status"
     ] == "in_progress"
 
@@ -536,7 +567,9 @@ async def test_resume_pending_ingests_what_a_previous_run_left(services: Service
     try:
         assert await restarted.resume_pending() == 1
         await restarted.wait_idle()
-        assert (await restarted.store_files.get_file(store_id, file_id))["status"] == "completed"
+        assert (await restarted.store_files.get_file(store_id, file_id, tenant=T))[
+            "status"
+        ] == "completed"
         assert await restarted.resume_pending() == 0
     finally:
         await restarted.aclose()
@@ -548,7 +581,7 @@ async def test_deleting_a_store_stops_its_ingestion(services: Services) -> None:
     s.embedder.gate = gate
     file_id = await s.upload("a.txt", "text")
     store_id = await _new_store(s, [file_id])
-    assert await s.vector_stores.stores.delete(store_id) == {
+    assert await s.vector_stores.stores.delete(store_id, tenant=T) == {
         "id": store_id,
         "object": "vector_store.deleted",
         "deleted": True,
@@ -567,11 +600,12 @@ async def test_an_expired_file_is_deleted_when_asked_for(services: Services) -> 
         data=b"x",
         purpose="user_data",
         expires_after={"anchor": "created_at", "seconds": 3600},
+        tenant=T,
     )
     assert created["expires_at"] == created["created_at"] + 3600
     s.clock.advance(3600)
     with pytest.raises(GatewayError) as missing:
-        await s.files.get(created["id"])
+        await s.files.get(created["id"], tenant=T)
     assert missing.value.status_code == 404
     assert s.store.files == {}
     assert s.blobs.blobs == {}
@@ -611,17 +645,18 @@ async def test_scans_page_through_many_stores_and_files(services: Services) -> N
     s = services
     file_id = await s.upload("shared.txt", "shared text")
     store_ids = [await _new_store(s) for _ in range(105)]
+    files = s.store.for_tenant(T)
     for store_id in store_ids:
-        await s.store.put_vector_store_file(_completed(store_id, file_id, {"n": 0}))
-        await s.index.replace_file_chunks(store_id, file_id, [])
+        await files.put_vector_store_file(_completed(store_id, file_id, {"n": 0}))
+        await s.index.for_tenant(T).replace_file_chunks(store_id, file_id, [])
     many = store_ids[0]
     for i in range(1, 151):
-        await s.store.put_vector_store_file(_completed(many, f"file-{i:04d}", {"n": i}))
+        await files.put_vector_store_file(_completed(many, f"file-{i:04d}", {"n": i}))
     await search(
         s.vector_stores, many, {"query": "x", "filters": {"type": "gt", "key": "n", "value": 0}}
     )
     assert len(s.index.searches[-1]["file_ids"]) == 150
-    await s.files.delete(file_id)
+    await s.files.delete(file_id, tenant=T)
     assert all(key[1] != file_id for key in s.store.store_files)
     assert all(key[1] != file_id for key in s.index.chunks)
 

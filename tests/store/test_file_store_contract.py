@@ -1,10 +1,13 @@
-"""The contract of the ``FileStore`` port (files, vector stores, their files and batches) and
-of the ``BlobStore`` port: the same tests on every implementation.
+"""The contract of the ``FileStores`` / ``FileStore`` ports (files, vector stores, their files
+and batches, one tenant's view at a time) and of the ``BlobStore`` port: the same tests on
+every implementation.
 
-FileStore: the in-memory fake (``tests.fakes.MemoryFileStore``), ``SqlFileStore`` on SQLite
+FileStores: the in-memory fake (``tests.fakes.MemoryFileStores``), ``SqlFileStores`` on SQLite
 (schema built by the migrations) and on PostgreSQL (the session's scratch schema; skipped
-without a server unless ``CI`` is set). BlobStore: ``MemoryBlobStore`` and ``DiskBlobStore``
-(plus the disk's own guarantees: whole writes, safe ids).
+without a server unless ``CI`` is set). The single-tenant tests use the default tenant's view;
+the two-tenant ones check that a view never sees, changes or deletes another tenant's rows.
+BlobStore: ``MemoryBlobStore`` and ``DiskBlobStore`` (plus the disk's own guarantees: whole
+writes, safe ids).
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ import pytest
 from sqlalchemy import text
 
 from app.core.store_errors import UnknownCursorError
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.ports import (
     BlobStore,
     FileStore,
+    FileStores,
     StoredFile,
     StoredFileBatch,
     StoredVectorStore,
@@ -29,20 +34,20 @@ from app.files.ports import (
 )
 from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for, create_schema
-from app.store.files_sql import SqlFileStore
+from app.store.files_sql import SqlFileStores
 from app.store.migrate import upgrade_to_head
-from tests.fakes import MemoryBlobStore, MemoryFileStore
+from tests.fakes import MemoryBlobStore, MemoryFileStores
 from tests.store.conftest import Postgres, _in_schema
 
 TABLES = "files, vector_stores, vector_store_files, vector_store_file_batches"
 
 
 @pytest.fixture(params=["memory", "sqlite", "postgres"])
-async def files(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[FileStore]:
+async def file_stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[FileStores]:
     """Memory: the fake; SQLite: schema built by the migrations; PostgreSQL: the session's
     scratch schema."""
     if request.param == "memory":
-        yield MemoryFileStore()
+        yield MemoryFileStores()
         return
     if request.param == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
@@ -55,9 +60,15 @@ async def files(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         async with engine.begin() as conn:
             await conn.execute(text(f"TRUNCATE {TABLES}"))
     try:
-        yield SqlFileStore(engine)
+        yield SqlFileStores(engine)
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+def files(file_stores: FileStores) -> FileStore:
+    """The default tenant's view (what a gateway without authentication uses)."""
+    return file_stores.for_tenant(DEFAULT_TENANT)
 
 
 def a_file(file_id: str, created_at: int = 1_700_000_000, **kw: object) -> StoredFile:
@@ -401,3 +412,102 @@ async def test_named_vector_store_files_reads_records_and_names_at_once(
     assert named["file-a"] == (await files.get_vector_store_file("vs-1", "file-a"), "file-a.txt")
     assert named["file-gone"][1] == ""
     assert await files.named_vector_store_files("vs-1", []) == {}
+
+
+# --- tenants: one view never reaches another tenant's rows -----------------------------------
+
+
+async def _alice_and_bob(file_stores: FileStores) -> tuple[FileStore, FileStore]:
+    """Alice's file, store (with the file, one batch) and Bob's own; returns both views."""
+    alice, bob = file_stores.for_tenant("alice"), file_stores.for_tenant("bob")
+    await alice.add_file(a_file("file-a", 10))
+    await alice.create_vector_store(a_store("vs_a", 10))
+    await alice.put_vector_store_file(a_store_file("vs_a", "file-a", 10))
+    await alice.put_file_batch(StoredFileBatch("vsfb_a", "vs_a", 10, "in_progress", ["file-a"]))
+    await bob.add_file(a_file("file-b", 20))
+    await bob.create_vector_store(a_store("vs_b", 20))
+    return alice, bob
+
+
+async def test_another_tenants_rows_are_unknown(file_stores: FileStores) -> None:
+    alice, bob = await _alice_and_bob(file_stores)
+
+    assert await bob.get_file("file-a") is None
+    assert await bob.existing_file_ids(["file-a", "file-b"]) == {"file-b"}
+    assert await bob.get_vector_store("vs_a") is None
+    assert await bob.get_vector_store_file("vs_a", "file-a") is None
+    assert await bob.named_vector_store_files("vs_a", ["file-a"]) == {}
+    assert await bob.get_file_batch("vs_a", "vsfb_a") is None
+    assert (await bob.file_counts("vs_a"))["total"] == 0
+    listing = {"status": None, "after": None, "limit": 10, "order": "desc"}
+    assert await bob.list_vector_store_files("vs_a", **listing) == []  # type: ignore[arg-type]
+    assert [
+        f.id for f in await bob.list_files(purpose=None, after=None, limit=10, order="asc")
+    ] == ["file-b"]
+    assert [s.id for s in await bob.list_vector_stores(after=None, limit=10, order="asc")] == [
+        "vs_b"
+    ]
+    # another tenant's id is no cursor either, as an unknown id is not
+    with pytest.raises(UnknownCursorError):
+        await bob.list_files(purpose=None, after="file-a", limit=10, order="asc")
+    with pytest.raises(UnknownCursorError):
+        await bob.list_vector_stores(after="vs_a", limit=10, order="asc")
+    with pytest.raises(UnknownCursorError):
+        await bob.list_vector_store_files(
+            "vs_a", status=None, after="file-a", limit=10, order="asc"
+        )
+    # and alice sees hers
+    assert await alice.get_file("file-a") == a_file("file-a", 10)
+    assert [
+        f.id for f in await alice.list_files(purpose=None, after=None, limit=9, order="asc")
+    ] == ["file-a"]
+
+
+async def test_another_tenant_cannot_change_or_delete_rows(file_stores: FileStores) -> None:
+    alice, bob = await _alice_and_bob(file_stores)
+
+    assert await bob.delete_file("file-a") is False
+    assert await bob.delete_vector_store_file("vs_a", "file-a") is False
+    assert await bob.delete_vector_store("vs_a") is False
+    await bob.update_vector_store(replace(a_store("vs_a", 10), name="taken"))
+    await bob.put_vector_store_file(a_store_file("vs_a", "file-a", 10, status="failed"))
+    await bob.put_file_batch(StoredFileBatch("vsfb_a", "vs_a", 10, "cancelled", []))
+
+    assert await alice.get_file("file-a") is not None
+    stored = await alice.get_vector_store("vs_a")
+    assert stored is not None and stored.name == "store vs_a"
+    record = await alice.get_vector_store_file("vs_a", "file-a")
+    assert record is not None and record.status == "in_progress"
+    batch = await alice.get_file_batch("vs_a", "vsfb_a")
+    assert batch is not None and (batch.status, batch.file_ids) == ("in_progress", ["file-a"])
+    assert (await alice.file_counts("vs_a"))["total"] == 1
+    assert await bob.get_vector_store_file("vs_a", "file-a") is None
+
+
+async def test_deleting_ones_own_rows_leaves_the_other_tenants(file_stores: FileStores) -> None:
+    alice, bob = await _alice_and_bob(file_stores)
+    # a row of bob's naming alice's file id (the services never write one): bob's, not hers
+    await bob.put_vector_store_file(a_store_file("vs_b", "file-a", 20))
+
+    assert await alice.delete_file("file-a") is True
+    assert await alice.get_vector_store_file("vs_a", "file-a") is None  # detached
+    assert await bob.get_vector_store_file("vs_b", "file-a") is not None
+
+    await bob.put_vector_store_file(a_store_file("vs_b", "file-b", 20))
+    assert await bob.delete_vector_store("vs_b") is True
+    assert await alice.get_vector_store("vs_a") is not None
+    assert await alice.get_file_batch("vs_a", "vsfb_a") is not None
+
+
+async def test_unfinished_ingestions_name_their_tenant(file_stores: FileStores) -> None:
+    alice, bob = await _alice_and_bob(file_stores)
+    await bob.put_vector_store_file(a_store_file("vs_b", "file-b", 20))
+    await bob.put_vector_store_file(a_store_file("vs_b", "file-c", 30, status="completed"))
+
+    unfinished = await file_stores.unfinished_ingestions()
+
+    assert [(tenant, r.vector_store_id, r.file_id) for tenant, r in unfinished] == [
+        ("alice", "vs_a", "file-a"),
+        ("bob", "vs_b", "file-b"),
+    ]
+    assert unfinished[0][1] == await alice.get_vector_store_file("vs_a", "file-a")

@@ -1,6 +1,8 @@
-"""The contract of the ``VectorIndex`` port: the same tests on every implementation (the
-in-memory fake ``tests.fakes.MemoryVectorIndex``, ``SqliteVectorIndex``, ``PgArrayIndex``,
-``PgVectorIndex``), then each index's own checks.
+"""The contract of the ``VectorIndexes`` / ``VectorIndex`` ports: the same tests on every
+implementation (the in-memory fake ``tests.fakes.MemoryVectorIndex``, ``SqliteVectorIndex``,
+``PgArrayIndex``, ``PgVectorIndex``), then each index's own checks. The single-tenant tests use
+the default tenant's view; the two-tenant ones check that a view never reads, replaces or
+deletes another tenant's chunks, even of a vector store id it names.
 
 Every contract test runs on each index: the fake (two fakes sharing their chunks stand for two
 processes on one database), SQLite (a file, schema built by the Alembic migrations), and on
@@ -28,8 +30,9 @@ import pytest
 from sqlalchemy import make_url, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.files.fusion import query_terms, reciprocal_rank_fusion
-from app.files.ports import IndexedChunk, SearchHit, VectorIndex
+from app.files.ports import IndexedChunk, SearchHit, VectorIndex, VectorIndexes
 from app.store.engine import create_engine_for, create_schema
 from app.store.migrate import upgrade_to_head
 from app.store.pgvector import PgVectorState, read_pgvector_state
@@ -88,8 +91,18 @@ def chunk(position: int, value: str, embedding: list[float] | None = None) -> In
 @dataclass
 class IndexBackend:
     name: str
-    index: VectorIndex
-    make_index: Any  # () -> a second index on the same database (another process)
+    indexes: VectorIndexes  # every tenant's chunks
+    make_indexes: Any  # () -> a second index on the same database (another process)
+
+    @property
+    def index(self) -> VectorIndex:
+        """The default tenant's view."""
+        return self.indexes.for_tenant(DEFAULT_TENANT)
+
+    def make_index(self) -> VectorIndex:
+        """The default tenant's view of a second index on the same database."""
+        indexes: VectorIndexes = self.make_indexes()
+        return indexes.for_tenant(DEFAULT_TENANT)
 
 
 @pytest.fixture(scope="session")
@@ -132,7 +145,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         url = f"sqlite+aiosqlite:///{tmp_path / 'data' / 'respgate.db'}"
         await upgrade_to_head(url)
 
-        def make_sqlite() -> VectorIndex:
+        def make_sqlite() -> VectorIndexes:
             engine = create_engine_for(url)
             engines.append(engine)
             index = SqliteVectorIndex(engine, inline_reads=request.param == "sqlite")
@@ -151,7 +164,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         assert state.uses_pgvector == pgvector
         index_class = PgVectorIndex if pgvector else PgArrayIndex
 
-        def make_pg() -> VectorIndex:
+        def make_pg() -> VectorIndexes:
             engine = _in_schema(create_engine_for(pg.url), pg.schema)
             engines.append(engine)
             return index_class(engine)
@@ -317,8 +330,9 @@ async def _check_migrated_index(url: str, caplog: pytest.LogCaptureFixture) -> N
         async with engine.connect() as conn:
             state = await conn.run_sync(read_pgvector_state)
         caplog.set_level("INFO", logger="app.store.vector_index.choice")
-        index = await open_vector_index(engine)
-        assert isinstance(index, PgVectorIndex if state.available else PgArrayIndex)
+        indexes = await open_vector_index(engine)
+        assert isinstance(indexes, PgVectorIndex if state.available else PgArrayIndex)
+        index = indexes.for_tenant(DEFAULT_TENANT)
         assert state.uses_pgvector == state.available
         assert "file search index: " + ("pgvector" if state.available else "exact") in caplog.text
         assert state.reason() in caplog.text
@@ -545,14 +559,15 @@ async def test_sqlite_schema_from_create_schema(tmp_path: Path) -> None:
     # tests and benchmarks build the schema with create_all: the FTS5 table and its triggers
     # come from the metadata's DDL events
     engine = create_engine_for(f"sqlite+aiosqlite:///{tmp_path / 'respgate.db'}")
-    index = SqliteVectorIndex(engine)
+    indexes = SqliteVectorIndex(engine)
+    index = indexes.for_tenant(DEFAULT_TENANT)
     try:
         await create_schema(engine)
         await index.replace_file_chunks(VS, "file_a", [chunk(0, "the XK-4410 access point")])
         hits = await index.search(VS, embedding=None, query="xk-4410", limit=5, ranker="keyword")
         assert [hit.text for hit in hits] == ["the XK-4410 access point"]
     finally:
-        await index.aclose()
+        await indexes.aclose()
         await engine.dispose()
 
 
@@ -572,7 +587,8 @@ async def test_sqlite_cache_is_patched_by_its_own_writes(
     url = f"sqlite+aiosqlite:///{tmp_path / 'respgate.db'}"
     await upgrade_to_head(url)
     engine, other_engine = create_engine_for(url), create_engine_for(url)
-    index, other = SqliteVectorIndex(engine), SqliteVectorIndex(other_engine)
+    roots = SqliteVectorIndex(engine), SqliteVectorIndex(other_engine)
+    index, other = (root.for_tenant(DEFAULT_TENANT) for root in roots)
     try:
         await index.replace_file_chunks(VS, "file_a", [chunk(0, "red apple"), chunk(1, "pear")])
         await index.replace_file_chunks(VS, "file_b", [chunk(0, "red cherry")])
@@ -597,8 +613,8 @@ async def test_sqlite_cache_is_patched_by_its_own_writes(
         assert [hit.text for hit in hits] == ["red apple tart"]
         assert len(loads) == 2  # another process wrote: reloaded once
     finally:
-        for each in (index, other):
-            await each.aclose()
+        for root in roots:
+            await root.aclose()
         await engine.dispose()
         await other_engine.dispose()
 
@@ -607,7 +623,8 @@ async def test_sqlite_cache_bound(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'respgate.db'}"
     await upgrade_to_head(url)
     engine = create_engine_for(url)
-    index = SqliteVectorIndex(engine, cache_bytes=1)  # keeps only the matrix last used
+    indexes = SqliteVectorIndex(engine, cache_bytes=1)  # keeps only the matrix last used
+    index = indexes.for_tenant(DEFAULT_TENANT)
     try:
         for store in ("vs_1", "vs_2"):
             await index.replace_file_chunks(store, "file_a", [chunk(0, f"words of {store}")])
@@ -621,11 +638,81 @@ async def test_sqlite_cache_bound(tmp_path: Path) -> None:
                     ranker="semantic",
                 )
                 assert [hit.text for hit in hits] == [f"words of {store}"]
-                assert index._cache.store_keys(store)
-        assert not index._cache.store_keys("vs_1")
+                assert indexes._cache.store_keys(store)
+        assert not indexes._cache.store_keys("vs_1")
     finally:
-        await index.aclose()
+        await indexes.aclose()
         await engine.dispose()
+
+
+# --- tenants: one view never reaches another tenant's chunks --------------------------------
+
+
+async def _search_all(index: VectorIndex, store: str, query: str) -> dict[str, list[str]]:
+    """Each ranker's hit texts for ``query`` in ``store``."""
+    found = {}
+    for ranker in ("semantic", "keyword", "hybrid"):
+        hits = await index.search(
+            store, embedding=EMBEDDER.vector(query), query=query, limit=10, ranker=ranker
+        )
+        found[ranker] = [hit.text for hit in hits]
+    return found
+
+
+async def test_another_tenants_chunks_are_unknown(backend: IndexBackend) -> None:
+    alice, bob = backend.indexes.for_tenant("alice"), backend.indexes.for_tenant("bob")
+    await alice.replace_file_chunks(VS, "file_a", [chunk(0, "heron nests"), chunk(1, "reeds")])
+    await bob.replace_file_chunks("vs_bob", "file_b", [chunk(0, "heron sightings")])
+    assert (await _search_all(alice, VS, "heron"))["semantic"]  # alice's matrix is cached
+
+    # bob names alice's store: nothing, by every ranker, whether cached or not
+    assert await _search_all(bob, VS, "heron nests") == {
+        "semantic": [],
+        "keyword": [],
+        "hybrid": [],
+    }
+    assert await bob.file_chunks(VS, "file_a") == []
+    assert await _search_all(alice, "vs_bob", "heron sightings") == {
+        "semantic": [],
+        "keyword": [],
+        "hybrid": [],
+    }
+    # nor can bob replace or delete alice's chunks
+    await bob.delete_file(VS, "file_a")
+    await bob.delete_store(VS)
+    await bob.replace_file_chunks(VS, "file_a", [])
+    assert await alice.file_chunks(VS, "file_a") == ["heron nests", "reeds"]
+    found = await _search_all(alice, VS, "heron nests")
+    assert found["semantic"][0] == found["keyword"][0] == found["hybrid"][0] == "heron nests"
+    assert [hit.text for hit in await semantic(backend.index, "heron")] == []  # the default's
+    assert await _search_all(bob, "vs_bob", "heron") == {
+        "semantic": ["heron sightings"],
+        "keyword": ["heron sightings"],
+        "hybrid": ["heron sightings"],
+    }
+
+
+async def test_tenants_chunks_in_one_store_id_stay_apart(backend: IndexBackend) -> None:
+    # Store ids are the gateway's and never shared; even if two tenants wrote under one id,
+    # each would read, replace and delete only its own chunks (here from two processes).
+    alice = backend.indexes.for_tenant("alice")
+    bob = backend.make_indexes().for_tenant("bob")
+    await alice.replace_file_chunks(VS, "file_x", [chunk(0, "alice red apple")])
+    await bob.replace_file_chunks(VS, "file_x", [chunk(0, "bob red apple")])
+    assert (await _search_all(alice, VS, "red apple"))["semantic"] == ["alice red apple"]
+
+    await bob.replace_file_chunks(VS, "file_x", [chunk(0, "bob green pear")])
+
+    assert await alice.file_chunks(VS, "file_x") == ["alice red apple"]
+    assert await _search_all(alice, VS, "red apple") == {
+        "semantic": ["alice red apple"],
+        "keyword": ["alice red apple"],
+        "hybrid": ["alice red apple"],
+    }
+    assert (await _search_all(bob, VS, "red apple"))["semantic"] == ["bob green pear"]
+    await alice.delete_store(VS)
+    assert await bob.file_chunks(VS, "file_x") == ["bob green pear"]
+    assert (await _search_all(alice, VS, "pear"))["semantic"] == []
 
 
 # --- fusion and query terms (no database) ------------------------------------------------------

@@ -110,10 +110,12 @@ async def test_web_search_calls() -> None:
 class GoneSearch(RecordingSearch):
     """A vector store search whose store is deleted under the query ``gone``."""
 
-    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
+    async def search(
+        self, vector_store_id: str, request: SearchRequest, *, tenant: str
+    ) -> JsonObject:
         if request.query == "gone":
             raise NotFoundError("the vector store was deleted")
-        return await super().search(vector_store_id, request)
+        return await super().search(vector_store_id, request, tenant=tenant)
 
 
 async def test_file_search_calls() -> None:

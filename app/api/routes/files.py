@@ -2,6 +2,9 @@
 
 Uploads have their own size limit (the ``max_upload_bytes`` setting), not the JSON body limit:
 the body is counted as it arrives and the multipart parser spools the file to disk past 1 MB.
+
+Every file is its uploader's tenant's (``api.tenancy.principal_of``): another tenant's file id
+answers the 404 of an unknown one.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import Message
 
 from app.api.replies import json_reply, list_reply
+from app.api.tenancy import principal_of
 from app.errors import InvalidRequestError, RequestTooLargeError
 from app.files.files import FilesService
 
@@ -45,6 +49,7 @@ async def create_file(request: Request) -> Response:
             raise _missing("purpose")
         data = await upload.read()
         created = await _service(request).create(
+            tenant=principal_of(request).tenant,
             filename=upload.filename or "upload",
             data=data,
             purpose=purpose,
@@ -74,6 +79,7 @@ async def list_files(request: Request) -> Response:
             code="invalid_value",
         )
     page = await _service(request).list_files(
+        tenant=principal_of(request).tenant,
         purpose=query.get("purpose") or None,
         after=query.get("after") or None,
         limit=limit,
@@ -84,17 +90,17 @@ async def list_files(request: Request) -> Response:
 
 @router.get("/v1/files/{file_id}")
 async def get_file(request: Request, file_id: str) -> Response:
-    return json_reply(await _service(request).get(file_id))
+    return json_reply(await _service(request).get(file_id, tenant=principal_of(request).tenant))
 
 
 @router.delete("/v1/files/{file_id}")
 async def delete_file(request: Request, file_id: str) -> Response:
-    return json_reply(await _service(request).delete(file_id))
+    return json_reply(await _service(request).delete(file_id, tenant=principal_of(request).tenant))
 
 
 @router.get("/v1/files/{file_id}/content")
 async def file_content(request: Request, file_id: str) -> Response:
-    file, data = await _service(request).content(file_id)
+    file, data = await _service(request).content(file_id, tenant=principal_of(request).tenant)
     media_type = mimetypes.guess_type(file.filename)[0] or "application/octet-stream"
     disposition = f"attachment; filename*=UTF-8''{quote(file.filename)}"
     return Response(data, media_type=media_type, headers={"content-disposition": disposition})

@@ -1,4 +1,8 @@
-"""The Vector Stores API: ``/v1/vector_stores``, their files, file batches and search."""
+"""The Vector Stores API: ``/v1/vector_stores``, their files, file batches and search.
+
+Every call is the caller's tenant's (``api.tenancy.principal_of``): another tenant's vector
+store, batch or file answers the 404 of an unknown one.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from starlette.responses import Response
 from app.api.body import validate
 from app.api.pagination import page_params
 from app.api.replies import json_reply, list_reply, request_object
+from app.api.tenancy import principal_of
 from app.errors import InvalidRequestError
 from app.files.attach import FileEntry
 from app.files.paging import Cursor
@@ -34,6 +39,10 @@ FILE_STATUSES = ("in_progress", "completed", "failed", "cancelled")
 def _service(request: Request) -> VectorStoresService:
     service: VectorStoresService = request.app.state.gateway.vector_stores
     return service
+
+
+def _tenant(request: Request) -> str:
+    return principal_of(request).tenant
 
 
 def _cursor(request: Request) -> Cursor:
@@ -66,6 +75,7 @@ async def create_vector_store(request: Request) -> Response:
     metadata = check_metadata(parsed.metadata, "metadata")
     # ``description`` is accepted (OpenAI's SDK sends it) but not part of the object.
     created = await _service(request).stores.create(
+        tenant=_tenant(request),
         name=parsed.name,
         metadata=metadata,
         expires_after=parsed.expires_after.model_dump() if parsed.expires_after else None,
@@ -77,12 +87,13 @@ async def create_vector_store(request: Request) -> Response:
 
 @router.get("/v1/vector_stores")
 async def list_vector_stores(request: Request) -> Response:
-    return list_reply(await _service(request).stores.list_stores(_cursor(request)))
+    stores = _service(request).stores
+    return list_reply(await stores.list_stores(_cursor(request), tenant=_tenant(request)))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}")
 async def get_vector_store(request: Request, vector_store_id: str) -> Response:
-    return json_reply(await _service(request).stores.get(vector_store_id))
+    return json_reply(await _service(request).stores.get(vector_store_id, tenant=_tenant(request)))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}")
@@ -98,12 +109,14 @@ async def update_vector_store(request: Request, vector_store_id: str) -> Respons
     if "expires_after" in parsed.model_fields_set:
         expires = parsed.expires_after
         changes["expires_after"] = expires.model_dump() if expires else None
-    return json_reply(await _service(request).stores.update(vector_store_id, changes))
+    stores = _service(request).stores
+    return json_reply(await stores.update(vector_store_id, changes, tenant=_tenant(request)))
 
 
 @router.delete("/v1/vector_stores/{vector_store_id}")
 async def delete_vector_store(request: Request, vector_store_id: str) -> Response:
-    return json_reply(await _service(request).stores.delete(vector_store_id))
+    stores = _service(request).stores
+    return json_reply(await stores.delete(vector_store_id, tenant=_tenant(request)))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/search")
@@ -111,7 +124,8 @@ async def search_vector_store(request: Request, vector_store_id: str) -> Respons
     body = await request_object(request)
     reject_unknown_fields(SearchRequest, body)
     parsed = validate(SearchRequest, body)  # parsed once, with precise errors
-    return json_reply(await _service(request).searcher.search(vector_store_id, parsed))
+    searcher = _service(request).searcher
+    return json_reply(await searcher.search(vector_store_id, parsed, tenant=_tenant(request)))
 
 
 # ---------------------------------------------------------------------------- files of a store
@@ -127,20 +141,22 @@ async def create_vector_store_file(request: Request, vector_store_id: str) -> Re
         attributes=check_attributes(parsed.attributes, "attributes"),
         chunking_strategy=parsed.chunking_strategy,
     )
-    return json_reply(await _service(request).store_files.add_file(vector_store_id, entry))
+    store_files = _service(request).store_files
+    return json_reply(await store_files.add_file(vector_store_id, entry, tenant=_tenant(request)))
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files")
 async def list_vector_store_files(request: Request, vector_store_id: str) -> Response:
     page = await _service(request).store_files.list_files(
-        vector_store_id, _cursor(request), status=_status_filter(request)
+        vector_store_id, _cursor(request), status=_status_filter(request), tenant=_tenant(request)
     )
     return list_reply(page)
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}")
 async def get_vector_store_file(request: Request, vector_store_id: str, file_id: str) -> Response:
-    return json_reply(await _service(request).store_files.get_file(vector_store_id, file_id))
+    store_files = _service(request).store_files
+    return json_reply(await store_files.get_file(vector_store_id, file_id, tenant=_tenant(request)))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/files/{file_id}")
@@ -152,7 +168,9 @@ async def update_vector_store_file(
     parsed = validate(UpdateVectorStoreFileRequest, body)
     attributes = check_attributes(parsed.attributes, "attributes")
     return json_reply(
-        await _service(request).store_files.update_file(vector_store_id, file_id, attributes)
+        await _service(request).store_files.update_file(
+            vector_store_id, file_id, attributes, tenant=_tenant(request)
+        )
     )
 
 
@@ -160,14 +178,20 @@ async def update_vector_store_file(
 async def delete_vector_store_file(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    return json_reply(await _service(request).store_files.remove_file(vector_store_id, file_id))
+    store_files = _service(request).store_files
+    return json_reply(
+        await store_files.remove_file(vector_store_id, file_id, tenant=_tenant(request))
+    )
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/files/{file_id}/content")
 async def vector_store_file_content(
     request: Request, vector_store_id: str, file_id: str
 ) -> Response:
-    return json_reply(await _service(request).store_files.file_content(vector_store_id, file_id))
+    store_files = _service(request).store_files
+    return json_reply(
+        await store_files.file_content(vector_store_id, file_id, tenant=_tenant(request))
+    )
 
 
 # ---------------------------------------------------------------------------- file batches
@@ -179,24 +203,34 @@ async def create_file_batch(request: Request, vector_store_id: str) -> Response:
     reject_unknown_fields(CreateFileBatchRequest, body)
     parsed = validate(CreateFileBatchRequest, body)
     return json_reply(
-        await _service(request).batches.create_batch(vector_store_id, _batch_entries(parsed))
+        await _service(request).batches.create_batch(
+            vector_store_id, _batch_entries(parsed), tenant=_tenant(request)
+        )
     )
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}")
 async def get_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    return json_reply(await _service(request).batches.get_batch(vector_store_id, batch_id))
+    batches = _service(request).batches
+    return json_reply(await batches.get_batch(vector_store_id, batch_id, tenant=_tenant(request)))
 
 
 @router.post("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/cancel")
 async def cancel_file_batch(request: Request, vector_store_id: str, batch_id: str) -> Response:
-    return json_reply(await _service(request).batches.cancel_batch(vector_store_id, batch_id))
+    batches = _service(request).batches
+    return json_reply(
+        await batches.cancel_batch(vector_store_id, batch_id, tenant=_tenant(request))
+    )
 
 
 @router.get("/v1/vector_stores/{vector_store_id}/file_batches/{batch_id}/files")
 async def list_file_batch_files(request: Request, vector_store_id: str, batch_id: str) -> Response:
     page = await _service(request).batches.list_batch_files(
-        vector_store_id, batch_id, _cursor(request), status=_status_filter(request)
+        vector_store_id,
+        batch_id,
+        _cursor(request),
+        status=_status_filter(request),
+        tenant=_tenant(request),
     )
     return list_reply(page)
 

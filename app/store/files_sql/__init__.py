@@ -1,4 +1,5 @@
-"""``SqlFileStore``: the ``FileStore`` port on SQLAlchemy Core (SQLite or PostgreSQL).
+"""``SqlFileStores``: the ``FileStores`` port on SQLAlchemy Core (SQLite or PostgreSQL), whose
+``for_tenant`` views are ``SqlFileStore``s (the ``FileStore`` port: one tenant's rows).
 
 Metadata only: a file's bytes live in a ``BlobStore`` (``store.blobs``) and the chunks of a
 vector store's files in the ``VectorIndex`` (``app.store.vector_index``), which deletes them itself.
@@ -15,16 +16,39 @@ pages the lists, as OpenAI's list endpoints do):
 
 from __future__ import annotations
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from app.files.ports import StoredVectorStoreFile
+from app.store.files_sql.base import check_dialect, writer_of
 from app.store.files_sql.files import SqlFiles
-from app.store.files_sql.store_files import SqlVectorStoreFiles
+from app.store.files_sql.store_files import SqlVectorStoreFiles, unfinished_ingestions
 from app.store.files_sql.vector_stores import SqlVectorStores
 
-__all__ = ["SqlFileStore"]
+__all__ = ["SqlFileStore", "SqlFileStores"]
 
 
 class SqlFileStore(SqlFiles, SqlVectorStores, SqlVectorStoreFiles):
-    """Files, vector stores and their files on an engine from ``create_engine_for``: the
-    three parts of this package together.
+    """One tenant's files, vector stores and their files (``SqlFileStores.for_tenant``): the
+    three parts of this package together, every statement scoped to the tenant."""
 
-    The engine is the caller's (it may be shared with the response store): ``SqlFileStore``
-    never disposes of it."""
+
+class SqlFileStores:
+    """Every tenant's files, vector stores and their files on an engine from
+    ``create_engine_for``, through ``for_tenant`` views.
+
+    The engine is the caller's (it may be shared with the response store): it is never
+    disposed of here."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        check_dialect(engine)
+        self._engine = engine
+        self._writer = writer_of(engine)
+
+    def for_tenant(self, tenant: str) -> SqlFileStore:
+        return SqlFileStore(self._engine, self._writer, tenant)
+
+    async def unfinished_ingestions(self) -> list[tuple[str, StoredVectorStoreFile]]:
+        return await unfinished_ingestions(self._engine)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the engine is the caller's."""

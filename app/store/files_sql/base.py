@@ -1,4 +1,5 @@
-"""What every part of ``SqlFileStore`` shares: the engine, its transactions, upserts, paging.
+"""What every part of ``SqlFileStore`` shares: the engine, its transactions, the tenant whose
+rows it sees, upserts, paging.
 
 - Every write is one transaction; on SQLite it takes the write lock first (``BEGIN
   IMMEDIATE``, as in ``store.sql``). These are not hot paths: plain SQLAlchemy statements.
@@ -23,21 +24,34 @@ from app.core.store_errors import UnknownCursorError
 from app.store.engine import SQLITE_BEGIN
 
 
+def check_dialect(engine: AsyncEngine) -> str:
+    dialect = engine.dialect.name
+    if dialect not in ("sqlite", "postgresql"):
+        raise ValueError(f"unsupported dialect {dialect!r}")
+    return dialect
+
+
+def writer_of(engine: AsyncEngine) -> AsyncEngine:
+    """``engine`` whose transactions take SQLite's write lock first."""
+    return engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+
+
 class SqlTables:
-    """An engine from ``create_engine_for`` (SQLite or PostgreSQL) and its transactions.
+    """One tenant's rows on an engine from ``create_engine_for`` (SQLite or PostgreSQL), and
+    its transactions: every statement of the parts names ``self._tenant`` (``owned``).
 
     The engine is the caller's (it may be shared with the response store): it is never
     disposed of here."""
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, writer: AsyncEngine, tenant: str) -> None:
         self._engine = engine
-        self._dialect = engine.dialect.name
-        if self._dialect not in ("sqlite", "postgresql"):
-            raise ValueError(f"unsupported dialect {self._dialect!r}")
-        self._writer = engine.execution_options(**{SQLITE_BEGIN: "BEGIN IMMEDIATE"})
+        self._dialect = check_dialect(engine)
+        self._writer = writer
+        self._tenant = tenant
 
-    async def aclose(self) -> None:
-        """Nothing to release: the engine is the caller's."""
+    def _owned(self, table: Table) -> ColumnElement[bool]:
+        """``table``'s rows of this tenant."""
+        return table.c.tenant == self._tenant
 
     @contextlib.asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
@@ -50,11 +64,14 @@ class SqlTables:
             yield conn
 
     def _upsert(self, table: Table, row: dict[str, Any], keys: Sequence[str]) -> Any:
-        """``INSERT ... ON CONFLICT (keys) DO UPDATE`` setting every other column."""
+        """``INSERT ... ON CONFLICT (keys) DO UPDATE`` setting every other column, as this
+        tenant's row; a conflicting row of another tenant is left as it is."""
         dialect_insert = postgresql.insert if self._dialect == "postgresql" else sqlite.insert
-        statement = dialect_insert(table).values(**row)
+        statement = dialect_insert(table).values(**row, tenant=self._tenant)
         changed = {name: statement.excluded[name] for name in row if name not in keys}
-        return statement.on_conflict_do_update(index_elements=list(keys), set_=changed)
+        return statement.on_conflict_do_update(
+            index_elements=list(keys), set_=changed, where=self._owned(table)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """``SqlVectorStoreFiles``: the files of a vector store and its file batches, the part of
-``SqlFileStore`` on ``vector_store_files`` and ``vector_store_file_batches``."""
+``SqlFileStore`` on ``vector_store_files`` and ``vector_store_file_batches`` (one tenant's);
+and ``unfinished_ingestions``, every tenant's files left ``in_progress`` (start-up)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import Row, delete, func, select
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.files.ports import StoredFileBatch, StoredVectorStoreFile
 from app.store.files_sql.base import PageRequest, SqlTables, page
@@ -41,6 +43,7 @@ class SqlVectorStoreFiles(SqlTables):
                     select(vector_store_files).where(
                         vector_store_files.c.vector_store_id == vector_store_id,
                         vector_store_files.c.file_id == file_id,
+                        self._owned(vector_store_files),
                     )
                 )
             ).first()
@@ -55,11 +58,14 @@ class SqlVectorStoreFiles(SqlTables):
         query = (
             select(vector_store_files, files.c.filename)
             .select_from(
-                vector_store_files.outerjoin(files, files.c.id == vector_store_files.c.file_id)
+                vector_store_files.outerjoin(
+                    files, (files.c.id == vector_store_files.c.file_id) & self._owned(files)
+                )
             )
             .where(
                 vector_store_files.c.vector_store_id == vector_store_id,
                 vector_store_files.c.file_id.in_(wanted),
+                self._owned(vector_store_files),
             )
         )
         async with self._read() as conn:
@@ -77,7 +83,7 @@ class SqlVectorStoreFiles(SqlTables):
         file_ids: list[str] | None = None,
     ) -> list[StoredVectorStoreFile]:
         table = vector_store_files
-        in_store = table.c.vector_store_id == vector_store_id
+        in_store = (table.c.vector_store_id == vector_store_id) & self._owned(table)
         query = select(table).where(in_store)
         if status is not None:
             query = query.where(table.c.status == status)
@@ -95,6 +101,7 @@ class SqlVectorStoreFiles(SqlTables):
                 delete(vector_store_files).where(
                     vector_store_files.c.vector_store_id == vector_store_id,
                     vector_store_files.c.file_id == file_id,
+                    self._owned(vector_store_files),
                 )
             )
             return bool(result.rowcount)
@@ -105,7 +112,7 @@ class SqlVectorStoreFiles(SqlTables):
             rows = (
                 await conn.execute(
                     select(table.c.status, func.count())
-                    .where(table.c.vector_store_id == vector_store_id)
+                    .where(table.c.vector_store_id == vector_store_id, self._owned(table))
                     .group_by(table.c.status)
                 )
             ).all()
@@ -134,7 +141,9 @@ class SqlVectorStoreFiles(SqlTables):
             row = (
                 await conn.execute(
                     select(table).where(
-                        table.c.id == batch_id, table.c.vector_store_id == vector_store_id
+                        table.c.id == batch_id,
+                        table.c.vector_store_id == vector_store_id,
+                        self._owned(table),
                     )
                 )
             ).first()
@@ -147,6 +156,20 @@ class SqlVectorStoreFiles(SqlTables):
             status=row.status,
             file_ids=list(row.file_ids),
         )
+
+
+async def unfinished_ingestions(engine: AsyncEngine) -> list[tuple[str, StoredVectorStoreFile]]:
+    """Every tenant's vector store files still ``in_progress``, with their tenant, oldest
+    first (one read, at start-up)."""
+    table = vector_store_files
+    query = (
+        select(table)
+        .where(table.c.status == "in_progress")
+        .order_by(table.c.created_at, table.c.vector_store_id, table.c.file_id)
+    )
+    async with engine.connect() as conn:
+        rows = (await conn.execute(query)).all()
+    return [(row.tenant, _store_file(row)) for row in rows]
 
 
 def _store_file(row: Row[Any]) -> StoredVectorStoreFile:

@@ -1,4 +1,5 @@
-"""``SqlVectorStores``: the vector stores part of ``SqlFileStore`` (``vector_stores``).
+"""``SqlVectorStores``: the vector stores part of ``SqlFileStore`` (``vector_stores``), one
+tenant's.
 
 ``delete_vector_store`` also deletes the store's file rows and file batches; its chunks are
 the ``VectorIndex``'s."""
@@ -17,15 +18,16 @@ from app.store.tables import vector_store_file_batches, vector_store_files, vect
 class SqlVectorStores(SqlTables):
     async def create_vector_store(self, store: StoredVectorStore) -> None:
         async with self._write() as conn:
-            await conn.execute(insert(vector_stores).values(**_store_row(store)))
+            await conn.execute(
+                insert(vector_stores).values(**_store_row(store), tenant=self._tenant)
+            )
 
     async def get_vector_store(self, vector_store_id: str) -> StoredVectorStore | None:
+        query = select(vector_stores).where(
+            vector_stores.c.id == vector_store_id, self._owned(vector_stores)
+        )
         async with self._read() as conn:
-            row = (
-                await conn.execute(
-                    select(vector_stores).where(vector_stores.c.id == vector_store_id)
-                )
-            ).first()
+            row = (await conn.execute(query)).first()
         return None if row is None else _store(row)
 
     async def update_vector_store(self, store: StoredVectorStore) -> None:
@@ -33,34 +35,40 @@ class SqlVectorStores(SqlTables):
         del values["id"]
         async with self._write() as conn:
             await conn.execute(
-                update(vector_stores).where(vector_stores.c.id == store.id).values(**values)
+                update(vector_stores)
+                .where(vector_stores.c.id == store.id, self._owned(vector_stores))
+                .values(**values)
             )
 
     async def list_vector_stores(
         self, *, after: str | None, limit: int, order: str
     ) -> list[StoredVectorStore]:
         request = PageRequest(after, limit, order)
+        owned = self._owned(vector_stores)
         async with self._read() as conn:
             query = await page(
-                conn, select(vector_stores), vector_stores, vector_stores.c.id, request
+                conn,
+                select(vector_stores).where(owned),
+                vector_stores,
+                vector_stores.c.id,
+                request,
+                owned,
             )
             rows = (await conn.execute(query)).all()
         return [_store(row) for row in rows]
 
     async def delete_vector_store(self, vector_store_id: str) -> bool:
         async with self._write() as conn:
-            await conn.execute(
-                delete(vector_store_files).where(
-                    vector_store_files.c.vector_store_id == vector_store_id
+            for table in (vector_store_files, vector_store_file_batches):
+                await conn.execute(
+                    delete(table).where(
+                        table.c.vector_store_id == vector_store_id, self._owned(table)
+                    )
                 )
-            )
-            await conn.execute(
-                delete(vector_store_file_batches).where(
-                    vector_store_file_batches.c.vector_store_id == vector_store_id
-                )
-            )
             result = await conn.execute(
-                delete(vector_stores).where(vector_stores.c.id == vector_store_id)
+                delete(vector_stores).where(
+                    vector_stores.c.id == vector_store_id, self._owned(vector_stores)
+                )
             )
             return bool(result.rowcount)
 

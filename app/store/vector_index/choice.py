@@ -9,13 +9,13 @@ import logging
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.files.ports import VectorIndex
+from app.files.ports import VectorIndexes
 from app.store.pgvector import read_pgvector_state
 
 logger = logging.getLogger(__name__)
 
 
-async def open_vector_index(engine: AsyncEngine) -> VectorIndex:
+async def open_vector_index(engine: AsyncEngine) -> VectorIndexes:
     """The chunk index in ``engine``'s database (the engine is the caller's)."""
     if engine.dialect.name != "postgresql":
         from app.store.vector_index.sqlite import SqliteVectorIndex

@@ -7,11 +7,12 @@ sort (~0.6 ms at 10k and ~11 ms at 100k chunks of 384 dimensions, bench/README.m
 search index"); products over ``THREAD_MIN_ROWS`` rows run in a worker thread (BLAS releases
 the GIL), not in the event loop.
 
-The matrices are cached per (vector store, dimension), least recently used first out past a
-byte budget, each tagged with the store's version in ``chunk_versions`` when it was read: every
-write to a store's chunks sets a new random version in the same transaction, so a search sees
-with one primary-key read whether its copy is current, whoever wrote. An index's own writes
-patch its cached matrices (``patched``) instead of dropping them.
+The matrices are cached per (vector store, tenant, dimension): a matrix holds only the chunks
+of the tenant that searched (a store's chunks are all its owner's), least recently used first
+out past a byte budget, each tagged with the store's version in ``chunk_versions`` when it was
+read: every write to a store's chunks sets a new random version in the same transaction, so a
+search sees with one primary-key read whether its copy is current, whoever wrote. An index's
+own writes patch its cached matrices (``patched``) instead of dropping them.
 """
 
 from __future__ import annotations
@@ -149,22 +150,26 @@ def query_vector(embedding: Sequence[float]) -> FloatArray:
     return query
 
 
+# (vector store, tenant, dimension)
+MatrixKey = tuple[str, str, int]
+
+
 class MatrixCache:
-    """(vector store, dim) -> matrix, least recently used evicted past ``max_bytes`` (the
-    matrix just used always stays)."""
+    """(vector store, tenant, dim) -> matrix, least recently used evicted past ``max_bytes``
+    (the matrix just used always stays)."""
 
     def __init__(self, max_bytes: int) -> None:
         self._max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, int], Matrix] = OrderedDict()
-        self._locks: dict[tuple[str, int], asyncio.Lock] = {}
+        self._entries: OrderedDict[MatrixKey, Matrix] = OrderedDict()
+        self._locks: dict[MatrixKey, asyncio.Lock] = {}
 
-    def get(self, key: tuple[str, int]) -> Matrix | None:
+    def get(self, key: MatrixKey) -> Matrix | None:
         entry = self._entries.get(key)
         if entry is not None:
             self._entries.move_to_end(key)
         return entry
 
-    def put(self, key: tuple[str, int], entry: Matrix) -> None:
+    def put(self, key: MatrixKey, entry: Matrix) -> None:
         self._entries[key] = entry
         self._entries.move_to_end(key)
         total = sum(matrix.nbytes for matrix in self._entries.values())
@@ -172,10 +177,10 @@ class MatrixCache:
             _old_key, old = self._entries.popitem(last=False)
             total -= old.nbytes
 
-    def lock(self, key: tuple[str, int]) -> asyncio.Lock:
+    def lock(self, key: MatrixKey) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
-    def store_keys(self, vector_store_id: str) -> list[tuple[str, int]]:
+    def store_keys(self, vector_store_id: str) -> list[MatrixKey]:
         return [key for key in self._entries if key[0] == vector_store_id]
 
     def drop_store(self, vector_store_id: str) -> None:
@@ -189,21 +194,25 @@ class MatrixCache:
         versions: tuple[int | None, int],
         file_id: str,
         rows: Sequence[tuple[int, FloatArray]],
+        *,
+        tenant: str,
     ) -> None:
-        """Bring the cached matrices of the store from ``versions[0]`` to ``versions[1]`` (a
-        write just committed: the file's rows are now ``rows``, (chunk id, vector)); a
-        matrix of another version is left to be reloaded."""
+        """Bring ``tenant``'s cached matrices of the store from ``versions[0]`` to
+        ``versions[1]`` (a write of the tenant just committed: the file's rows are now
+        ``rows``, (chunk id, vector)); a matrix of another version or tenant is left to be
+        reloaded."""
         old, new = versions
         for key in self.store_keys(vector_store_id):
             entry = self.get(key)
-            if entry is None or entry.version != old:
+            if entry is None or entry.version != old or key[1] != tenant:
                 continue
-            kept = [(chunk_id, vector) for chunk_id, vector in rows if vector.shape[0] == key[1]]
+            dim = key[2]
+            kept = [(chunk_id, vector) for chunk_id, vector in rows if vector.shape[0] == dim]
             ids = [chunk_id for chunk_id, _ in kept]
             vectors = (
                 np.stack([vector for _, vector in kept]).astype(np.float32, copy=False)
                 if kept
-                else np.zeros((0, key[1]), dtype=np.float32)
+                else np.zeros((0, dim), dtype=np.float32)
             )
             if entry.ids.shape[0] >= THREAD_MIN_ROWS:
                 new_entry = await asyncio.to_thread(patched, entry, file_id, ids, vectors, new)
@@ -218,7 +227,8 @@ class MatrixIndex(RankedIndex):
     the chunks' rows by id."""
 
     @abstractmethod
-    async def _matrix(self, vector_store_id: str, dim: int) -> Matrix: ...
+    async def _matrix(self, key: MatrixKey) -> Matrix:
+        """The store's chunks of the tenant and dimension ``key`` names (cached)."""
 
     @abstractmethod
     async def _rows_by_ids(self, ids: list[int]) -> Mapping[int, Sequence[Any]]:
@@ -230,10 +240,12 @@ class MatrixIndex(RankedIndex):
         embedding: list[float],
         limit: int,
         file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
-        """The ``limit`` chunks nearest to ``embedding`` (exact), best first."""
+        """The ``limit`` chunks of ``tenant`` nearest to ``embedding`` (exact), best first."""
         query = query_vector(embedding)
-        matrix = await self._matrix(vector_store_id, int(query.size))
+        matrix = await self._matrix((vector_store_id, tenant, int(query.size)))
         ids, scores = await top_rows(matrix, query, limit, file_ids)
         if not ids:
             return []

@@ -1,4 +1,4 @@
-"""``PgArrayIndex``: the ``VectorIndex`` port on PostgreSQL without pgvector.
+"""``PgArrayIndex``: the ``VectorIndexes`` port on PostgreSQL without pgvector.
 
 Used where ``chunks.embedding`` is a plain ``real[]`` (a server without pgvector; see
 ``app.store.pgvector``), so file search works on any PostgreSQL >= 13.
@@ -11,7 +11,7 @@ Used where ``chunks.embedding`` is a plain ``real[]`` (a server without pgvector
   texts; the first search of a store in a process reads all its embeddings (10k chunks of 384
   dimensions: ~0.7 s, then ~20 ms a search, on 2 busy cores; pgvector scans them in the
   database instead, and needs no memory in the gateway). Chunks of another dimension than the
-  query's are left out.
+  query's, or of another tenant, are left out.
 - **Keyword search**: the ``tsv`` column, as ``PgVectorIndex`` (``pg_shared``).
 - **Hybrid**: both rankings fused by reciprocal rank (``fusion.fuse_hits``).
 
@@ -39,6 +39,7 @@ from app.store.vector_index.matrix import (
     Matrix,
     MatrixCache,
     MatrixIndex,
+    MatrixKey,
     matrix_of,
 )
 from app.store.vector_index.pg_shared import DELETE_FILE, DELETE_STORE
@@ -54,17 +55,17 @@ _SET_VERSION = text(
 )
 _DELETE_VERSION = text("DELETE FROM chunk_versions WHERE vector_store_id = :vector_store_id")
 _INSERT = text(
-    "INSERT INTO chunks (vector_store_id, file_id, position, text, tokens, embedding) "
-    "VALUES (:vector_store_id, :file_id, :position, :text, :tokens, "
+    "INSERT INTO chunks (vector_store_id, file_id, tenant, position, text, tokens, embedding) "
+    "VALUES (:vector_store_id, :file_id, :tenant, :position, :text, :tokens, "
     "CAST(:embedding AS real[]))"
 )
 _FILE_IDS = text(
     "SELECT id FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id "
-    "ORDER BY id"
+    "AND tenant = :tenant ORDER BY id"
 )
 _LOAD = text(
-    "SELECT id, file_id, embedding FROM chunks "
-    "WHERE vector_store_id = :vector_store_id AND cardinality(embedding) = :dims"
+    "SELECT id, file_id, embedding FROM chunks WHERE vector_store_id = :vector_store_id "
+    "AND tenant = :tenant AND cardinality(embedding) = :dims"
 )
 _BY_IDS = text(
     "SELECT id, file_id, position, text FROM chunks WHERE id = ANY(CAST(:ids AS integer[]))"
@@ -85,7 +86,7 @@ def _build_matrix(version: int | None, dim: int, rows: Sequence[Sequence[Any]]) 
 
 
 class PgArrayIndex(MatrixIndex):
-    """The ``VectorIndex`` port on a PostgreSQL engine (``create_engine_for``) whose
+    """The ``VectorIndexes`` port on a PostgreSQL engine (``create_engine_for``) whose
     ``chunks.embedding`` is ``real[]``. The engine is the caller's; ``cache_bytes`` bounds the
     cached embedding matrices."""
 
@@ -100,13 +101,14 @@ class PgArrayIndex(MatrixIndex):
     # ---------------------------------------------------------------- writes
 
     async def replace_file_chunks(
-        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk], *, tenant: str
     ) -> None:
         vectors = [_vector(chunk.embedding) for chunk in chunks]
         rows = [
             {
                 "vector_store_id": vector_store_id,
                 "file_id": file_id,
+                "tenant": tenant,
                 "position": chunk.position,
                 "text": chunk.text,
                 "tokens": chunk.tokens,
@@ -115,7 +117,7 @@ class PgArrayIndex(MatrixIndex):
             for chunk, vector in zip(chunks, vectors, strict=True)
         ]
         ids: list[int] = []
-        keys = {"vector_store_id": vector_store_id, "file_id": file_id}
+        keys = {"vector_store_id": vector_store_id, "file_id": file_id, "tenant": tenant}
         async with self._engine.begin() as conn:
             versions = await self._new_version(conn, vector_store_id)
             await conn.execute(DELETE_FILE, keys)
@@ -124,22 +126,20 @@ class PgArrayIndex(MatrixIndex):
                 ids = [
                     int(chunk_id) for chunk_id in (await conn.execute(_FILE_IDS, keys)).scalars()
                 ]
-        await self._cache.patch(
-            vector_store_id, versions, file_id, list(zip(ids, vectors, strict=True))
-        )
+        rows_by_id = list(zip(ids, vectors, strict=True))
+        await self._cache.patch(vector_store_id, versions, file_id, rows_by_id, tenant=tenant)
 
-    async def delete_file(self, vector_store_id: str, file_id: str) -> None:
+    async def delete_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> None:
+        keys = {"vector_store_id": vector_store_id, "file_id": file_id, "tenant": tenant}
         async with self._engine.begin() as conn:
             versions = await self._new_version(conn, vector_store_id)
-            await conn.execute(
-                DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
-            )
-        await self._cache.patch(vector_store_id, versions, file_id, [])
+            await conn.execute(DELETE_FILE, keys)
+        await self._cache.patch(vector_store_id, versions, file_id, [], tenant=tenant)
 
-    async def delete_store(self, vector_store_id: str) -> None:
+    async def delete_store(self, vector_store_id: str, *, tenant: str) -> None:
         async with self._engine.begin() as conn:
             await pg_shared.lock(conn, _store_lock(vector_store_id))
-            await conn.execute(DELETE_STORE, {"vector_store_id": vector_store_id})
+            await conn.execute(DELETE_STORE, {"vector_store_id": vector_store_id, "tenant": tenant})
             await conn.execute(_DELETE_VERSION, {"vector_store_id": vector_store_id})
         self._cache.drop_store(vector_store_id)
 
@@ -156,21 +156,29 @@ class PgArrayIndex(MatrixIndex):
 
     # ---------------------------------------------------------------- reads
 
-    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
-        return await pg_shared.file_chunks(self._engine, vector_store_id, file_id)
+    async def file_chunks(self, vector_store_id: str, file_id: str, *, tenant: str) -> list[str]:
+        return await pg_shared.file_chunks(self._engine, vector_store_id, file_id, tenant)
 
     async def _rows_by_ids(self, ids: list[int]) -> dict[int, Sequence[Any]]:
         async with self._engine.connect() as conn:
             return {int(row[0]): row for row in await conn.execute(_BY_IDS, {"ids": ids})}
 
     async def keyword(
-        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+        self,
+        vector_store_id: str,
+        query: str,
+        limit: int,
+        file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
         """The ``limit`` best full-text matches of ``query`` (``ts_rank_cd``), best first."""
-        return await pg_shared.keyword_hits(self._engine, vector_store_id, query, limit, file_ids)
+        return await pg_shared.keyword_hits(
+            self._engine, vector_store_id, query, limit, file_ids, tenant
+        )
 
-    async def _matrix(self, vector_store_id: str, dim: int) -> Matrix:
-        key = (vector_store_id, dim)
+    async def _matrix(self, key: MatrixKey) -> Matrix:
+        vector_store_id = key[0]
         async with self._engine.connect() as conn:
             version = await conn.scalar(_VERSION, {"vector_store_id": vector_store_id})
         entry = self._cache.get(key)
@@ -180,12 +188,13 @@ class PgArrayIndex(MatrixIndex):
             entry = self._cache.get(key)
             if entry is not None and entry.version == version:
                 return entry  # loaded by the search that held the lock
-            entry = await self._load(vector_store_id, dim)
+            entry = await self._load(key)
             self._cache.put(key, entry)
             return entry
 
-    async def _load(self, vector_store_id: str, dim: int) -> Matrix:
-        params = {"vector_store_id": vector_store_id, "dims": dim}
+    async def _load(self, key: MatrixKey) -> Matrix:
+        vector_store_id, tenant, dim = key
+        params = {"vector_store_id": vector_store_id, "tenant": tenant, "dims": dim}
         async with self._snapshot.begin() as conn:
             version = await conn.scalar(_VERSION, params)
             rows = (await conn.execute(_LOAD, params)).all()

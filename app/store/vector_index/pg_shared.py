@@ -16,21 +16,25 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from app.files.fusion import keyword_score, query_terms
 from app.files.ports import SearchHit
 
+# Every statement names the tenant whose chunks it reads or deletes.
 DELETE_FILE = text(
-    "DELETE FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id"
+    "DELETE FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id "
+    "AND tenant = :tenant"
 )
-DELETE_STORE = text("DELETE FROM chunks WHERE vector_store_id = :vector_store_id")
+DELETE_STORE = text(
+    "DELETE FROM chunks WHERE vector_store_id = :vector_store_id AND tenant = :tenant"
+)
 IN_FILES = "AND file_id IN (SELECT json_array_elements_text(CAST(:file_ids AS json))) "
 
 _LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 _FILE_CHUNKS = text(
     "SELECT text FROM chunks WHERE vector_store_id = :vector_store_id AND file_id = :file_id "
-    "ORDER BY position, id"
+    "AND tenant = :tenant ORDER BY position, id"
 )
 _KEYWORD = (
     "SELECT file_id, position, text, ts_rank_cd(tsv, query) AS relevance "
     "FROM chunks, websearch_to_tsquery('simple', :query) AS query "
-    "WHERE vector_store_id = :vector_store_id AND tsv @@ query "
+    "WHERE vector_store_id = :vector_store_id AND tenant = :tenant AND tsv @@ query "
     "{files}ORDER BY relevance DESC, id LIMIT :limit"
 )
 _KEYWORD_SQL = text(_KEYWORD.format(files=""))
@@ -55,11 +59,13 @@ def restricted(
     return in_files
 
 
-async def file_chunks(engine: AsyncEngine, vector_store_id: str, file_id: str) -> list[str]:
+async def file_chunks(
+    engine: AsyncEngine, vector_store_id: str, file_id: str, tenant: str
+) -> list[str]:
     """The texts of a file's chunks, in order."""
     async with engine.connect() as conn:
         result = await conn.execute(
-            _FILE_CHUNKS, {"vector_store_id": vector_store_id, "file_id": file_id}
+            _FILE_CHUNKS, {"vector_store_id": vector_store_id, "file_id": file_id, "tenant": tenant}
         )
         return [str(chunk_text) for chunk_text in result.scalars()]
 
@@ -69,14 +75,17 @@ async def keyword_hits(
     vector_store_id: str,
     query: str,
     limit: int,
-    file_ids: list[str] | None = None,
+    file_ids: list[str] | None,
+    tenant: str,
 ) -> list[SearchHit]:
-    """The ``limit`` best full-text matches of ``query`` (``ts_rank_cd``), best first."""
+    """The ``limit`` best full-text matches of ``query`` (``ts_rank_cd``) among ``tenant``'s
+    chunks, best first."""
     terms = query_terms(query)
     if not terms:
         return []
     params: dict[str, object] = {
         "vector_store_id": vector_store_id,
+        "tenant": tenant,
         "query": " or ".join(f'"{term}"' for term in terms),
         "limit": limit,
     }

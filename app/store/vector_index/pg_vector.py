@@ -1,16 +1,17 @@
-"""``PgVectorIndex``: the ``VectorIndex`` port on PostgreSQL with pgvector.
+"""``PgVectorIndex``: the ``VectorIndexes`` port on PostgreSQL with pgvector.
 
 Used where ``chunks.embedding`` is pgvector's ``vector`` (``app.store.pgvector``; without
 pgvector it is ``real[]`` and ``PgArrayIndex`` serves file search).
 
 - **Semantic**: pgvector's cosine distance ``<=>``, an exact scan of the vector store's chunks
-  (``ORDER BY embedding <=> query LIMIT n``). ``chunks.embedding`` is a ``vector`` without a
-  fixed dimension, so it cannot carry an HNSW or IVFFlat index (both need ``vector(384)`` or
-  the like): one per embedding size would be a migration per embedder, and an approximate
-  index would need ``hnsw.ef_search`` tuning with a vector store filter. The exact scan costs
-  ~13 ms at 10k and ~90 ms at 100k chunks per store (bench/README.md, "File search index"),
-  with the vectors kept in the rows (``SET STORAGE MAIN``, migration 0002: out of line in
-  TOAST it was 6x slower). Rows of another dimension than the query's are skipped.
+  of the tenant (``ORDER BY embedding <=> query LIMIT n``). ``chunks.embedding`` is a
+  ``vector`` without a fixed dimension, so it cannot carry an HNSW or IVFFlat index (both
+  need ``vector(384)`` or the like): one per embedding size would be a migration per
+  embedder, and an approximate index would need ``hnsw.ef_search`` tuning with a vector
+  store filter. The exact scan costs ~13 ms at 10k and ~90 ms at 100k chunks per store
+  (bench/README.md, "File search index"), with the vectors kept in the rows (``SET STORAGE
+  MAIN``, migration 0002: out of line in TOAST it was 6x slower). Rows of another dimension
+  than the query's are skipped.
 - **Keyword**: the generated ``tsv`` column, ranked by ``ts_rank_cd`` (``pg_shared``).
 - **Hybrid**: both rankings fused by reciprocal rank (``fusion.fuse_hits``).
 
@@ -52,14 +53,14 @@ class _Statements:
     def __init__(self, schema: str) -> None:
         vector = f"{schema}.vector"
         self.insert = text(
-            "INSERT INTO chunks (vector_store_id, file_id, position, text, tokens, embedding) "
-            "VALUES (:vector_store_id, :file_id, :position, :text, :tokens, "
+            "INSERT INTO chunks (vector_store_id, file_id, tenant, position, text, tokens, "
+            "embedding) VALUES (:vector_store_id, :file_id, :tenant, :position, :text, :tokens, "
             f"CAST(:embedding AS {vector}))"
         )
         semantic = (
             "SELECT file_id, position, text, "
             f"embedding OPERATOR({schema}.<=>) CAST(:embedding AS {vector}) AS distance "
-            "FROM chunks WHERE vector_store_id = :vector_store_id "
+            "FROM chunks WHERE vector_store_id = :vector_store_id AND tenant = :tenant "
             f"AND {schema}.vector_dims(embedding) = :dims "
             "{files}ORDER BY distance, id LIMIT :limit"
         )
@@ -68,7 +69,7 @@ class _Statements:
 
 
 class PgVectorIndex(RankedIndex):
-    """The ``VectorIndex`` port on a PostgreSQL engine (``create_engine_for``) whose database
+    """The ``VectorIndexes`` port on a PostgreSQL engine (``create_engine_for``) whose database
     has pgvector and whose ``chunks.embedding`` is its ``vector`` (``respgate migrate`` switches
     it where the server has pgvector). The engine is the caller's."""
 
@@ -92,12 +93,13 @@ class PgVectorIndex(RankedIndex):
     # ---------------------------------------------------------------- writes
 
     async def replace_file_chunks(
-        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk], *, tenant: str
     ) -> None:
         rows = [
             {
                 "vector_store_id": vector_store_id,
                 "file_id": file_id,
+                "tenant": tenant,
                 "position": chunk.position,
                 "text": chunk.text,
                 "tokens": chunk.tokens,
@@ -105,25 +107,23 @@ class PgVectorIndex(RankedIndex):
             }
             for chunk in chunks
         ]
+        keys = {"vector_store_id": vector_store_id, "file_id": file_id, "tenant": tenant}
         async with self._engine.begin() as conn:
             sql = await self._statements(conn)
             await self._lock_file(conn, vector_store_id, file_id)
-            await conn.execute(
-                DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
-            )
+            await conn.execute(DELETE_FILE, keys)
             if rows:
                 await conn.execute(sql.insert, rows)
 
-    async def delete_file(self, vector_store_id: str, file_id: str) -> None:
+    async def delete_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> None:
+        keys = {"vector_store_id": vector_store_id, "file_id": file_id, "tenant": tenant}
         async with self._engine.begin() as conn:
             await self._lock_file(conn, vector_store_id, file_id)
-            await conn.execute(
-                DELETE_FILE, {"vector_store_id": vector_store_id, "file_id": file_id}
-            )
+            await conn.execute(DELETE_FILE, keys)
 
-    async def delete_store(self, vector_store_id: str) -> None:
+    async def delete_store(self, vector_store_id: str, *, tenant: str) -> None:
         async with self._engine.begin() as conn:
-            await conn.execute(DELETE_STORE, {"vector_store_id": vector_store_id})
+            await conn.execute(DELETE_STORE, {"vector_store_id": vector_store_id, "tenant": tenant})
 
     @staticmethod
     async def _lock_file(conn: AsyncConnection, vector_store_id: str, file_id: str) -> None:
@@ -131,8 +131,8 @@ class PgVectorIndex(RankedIndex):
 
     # ---------------------------------------------------------------- reads
 
-    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
-        return await pg_shared.file_chunks(self._engine, vector_store_id, file_id)
+    async def file_chunks(self, vector_store_id: str, file_id: str, *, tenant: str) -> list[str]:
+        return await pg_shared.file_chunks(self._engine, vector_store_id, file_id, tenant)
 
     async def semantic(
         self,
@@ -140,10 +140,13 @@ class PgVectorIndex(RankedIndex):
         embedding: list[float],
         limit: int,
         file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
-        """The ``limit`` chunks nearest to ``embedding`` (exact), best first."""
+        """The ``limit`` chunks of ``tenant`` nearest to ``embedding`` (exact), best first."""
         params: dict[str, object] = {
             "vector_store_id": vector_store_id,
+            "tenant": tenant,
             "embedding": vector_literal(embedding),
             "dims": len(embedding),
             "limit": limit,
@@ -160,7 +163,15 @@ class PgVectorIndex(RankedIndex):
             ]
 
     async def keyword(
-        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+        self,
+        vector_store_id: str,
+        query: str,
+        limit: int,
+        file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
         """The ``limit`` best full-text matches of ``query`` (``ts_rank_cd``), best first."""
-        return await pg_shared.keyword_hits(self._engine, vector_store_id, query, limit, file_ids)
+        return await pg_shared.keyword_hits(
+            self._engine, vector_store_id, query, limit, file_ids, tenant
+        )

@@ -1,7 +1,9 @@
-"""``SqliteVectorIndex``: the embedded ``VectorIndex``, in the gateway's SQLite database.
+"""``SqliteVectorIndex``: the embedded ``VectorIndexes``, in the gateway's SQLite database.
 
-Chunks are rows of ``chunks`` (the embedding a BLOB of float32 little-endian, L2-normalized);
-their text is indexed by the FTS5 table ``chunks_fts``, which triggers keep in sync.
+Chunks are rows of ``chunks`` (the embedding a BLOB of float32 little-endian, L2-normalized),
+each with its tenant, which every read and delete names (``fusion.TenantIndex`` is one
+tenant's view); their text is indexed by the FTS5 table ``chunks_fts``, which triggers keep in
+sync.
 
 - **Semantic search is exact**: each vector store's embedding matrix is kept in memory (numpy,
   float32) and a query is one matrix-vector product plus a partial sort. Measured against
@@ -11,8 +13,8 @@ their text is indexed by the FTS5 table ``chunks_fts``, which triggers keep in s
   cannot even load one) nor a second copy of the vectors (``vector_index.matrix``, shared with
   ``PgArrayIndex``). Products over ``THREAD_MIN_ROWS`` rows run in a worker thread (BLAS
   releases the GIL), not in the event loop.
-- **The cache** holds one matrix per (vector store, dimension), least recently used first out
-  past ``cache_bytes``. Every write to a store's chunks sets a new random version in
+- **The cache** holds one matrix per (vector store, tenant, dimension), least recently used
+  first out past ``cache_bytes``. Every write to a store's chunks sets a new random version in
   ``chunk_versions`` in the same transaction; a search reads it (one primary-key lookup) and
   reloads the matrix when its copy is of another version, so writes by other processes on the
   same file are seen too. This process's own writes patch its cached matrix instead of
@@ -46,7 +48,14 @@ from app.store import tables
 from app.store.engine import SQLITE_BEGIN, json_dumps
 from app.store.inline import InlineSqliteReader, inline_database_path
 from app.store.tables import chunk_versions
-from app.store.vector_index.matrix import Matrix, MatrixCache, MatrixIndex, matrix_of
+from app.store.vector_index.matrix import (
+    FloatArray,
+    Matrix,
+    MatrixCache,
+    MatrixIndex,
+    MatrixKey,
+    matrix_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +65,7 @@ _KEYWORD_SQL = text(
     "SELECT c.file_id, c.position, c.text, -bm25(chunks_fts) AS relevance "
     "FROM chunks_fts JOIN chunks AS c ON c.id = chunks_fts.rowid "
     "WHERE chunks_fts MATCH :match AND c.vector_store_id = :vector_store_id "
+    "AND c.tenant = :tenant "
     "AND (:file_ids IS NULL OR c.file_id IN (SELECT value FROM json_each(:file_ids))) "
     "ORDER BY bm25(chunks_fts), c.id LIMIT :limit"
 )
@@ -64,7 +74,7 @@ _BY_IDS_SQL = (
     "SELECT id, file_id, position, text FROM chunks WHERE id IN (SELECT value FROM json_each(?))"
 )
 _VERSION_SQL = "SELECT version FROM chunk_versions WHERE vector_store_id = ?"
-_LOAD_SQL = "SELECT id, file_id, embedding FROM chunks WHERE vector_store_id = ?"
+_LOAD_SQL = "SELECT id, file_id, embedding FROM chunks WHERE vector_store_id = ? AND tenant = ?"
 
 
 def encode_embedding(embedding: Sequence[float]) -> bytes:
@@ -85,7 +95,7 @@ def _build_matrix(version: int | None, dim: int, rows: Sequence[Sequence[Any]]) 
 
 
 class SqliteVectorIndex(MatrixIndex):
-    """The ``VectorIndex`` port on the SQLite engine of the store (``create_engine_for``).
+    """The ``VectorIndexes`` port on the SQLite engine of the store (``create_engine_for``).
 
     The engine is the caller's; ``cache_bytes`` bounds the cached embedding matrices."""
 
@@ -153,13 +163,14 @@ class SqliteVectorIndex(MatrixIndex):
         return version
 
     async def replace_file_chunks(
-        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk]
+        self, vector_store_id: str, file_id: str, chunks: list[IndexedChunk], *, tenant: str
     ) -> None:
         blobs = [encode_embedding(chunk.embedding) for chunk in chunks]
         rows = [
             {
                 "vector_store_id": vector_store_id,
                 "file_id": file_id,
+                "tenant": tenant,
                 "position": chunk.position,
                 "text": chunk.text,
                 "tokens": chunk.tokens,
@@ -171,56 +182,53 @@ class SqliteVectorIndex(MatrixIndex):
         table = tables.chunks
         async with self._write(vector_store_id) as (conn, old):
             new = await self._set_version(conn, vector_store_id)
-            await conn.execute(_delete_file(vector_store_id, file_id))
+            await conn.execute(_delete_file(vector_store_id, file_id, tenant))
             if rows:
                 await conn.execute(insert(table), rows)
                 result = await conn.execute(
                     select(table.c.id)
-                    .where(table.c.vector_store_id == vector_store_id, table.c.file_id == file_id)
+                    .where(
+                        table.c.vector_store_id == vector_store_id,
+                        table.c.file_id == file_id,
+                        table.c.tenant == tenant,
+                    )
                     .order_by(table.c.id)
                 )
                 ids = [int(row_id) for row_id in result.scalars()]
-        await self._patch(vector_store_id, (old, new), file_id, ids, blobs)
+        rows_by_id = _patch_rows(ids, blobs)
+        await self._cache.patch(vector_store_id, (old, new), file_id, rows_by_id, tenant=tenant)
 
-    async def delete_file(self, vector_store_id: str, file_id: str) -> None:
+    async def delete_file(self, vector_store_id: str, file_id: str, *, tenant: str) -> None:
         async with self._write(vector_store_id) as (conn, old):
             new = await self._set_version(conn, vector_store_id)
-            await conn.execute(_delete_file(vector_store_id, file_id))
-        await self._patch(vector_store_id, (old, new), file_id, [], [])
+            await conn.execute(_delete_file(vector_store_id, file_id, tenant))
+        await self._cache.patch(vector_store_id, (old, new), file_id, [], tenant=tenant)
 
-    async def delete_store(self, vector_store_id: str) -> None:
+    async def delete_store(self, vector_store_id: str, *, tenant: str) -> None:
+        chunks = tables.chunks
         async with self._write(vector_store_id) as (conn, _old):
             await conn.execute(
-                delete(tables.chunks).where(tables.chunks.c.vector_store_id == vector_store_id)
+                delete(chunks).where(
+                    chunks.c.vector_store_id == vector_store_id, chunks.c.tenant == tenant
+                )
             )
             await conn.execute(
                 delete(chunk_versions).where(chunk_versions.c.vector_store_id == vector_store_id)
             )
         self._cache.drop_store(vector_store_id)
 
-    async def _patch(
-        self,
-        vector_store_id: str,
-        versions: tuple[int | None, int],
-        file_id: str,
-        ids: list[int],
-        blobs: list[bytes],
-    ) -> None:
-        """This process's cached matrices of the store follow the write just committed."""
-        rows = [
-            (chunk_id, np.frombuffer(blob, dtype="<f4"))
-            for chunk_id, blob in zip(ids, blobs, strict=True)
-        ]
-        await self._cache.patch(vector_store_id, versions, file_id, rows)
-
     # ---------------------------------------------------------------- reads
 
-    async def file_chunks(self, vector_store_id: str, file_id: str) -> list[str]:
+    async def file_chunks(self, vector_store_id: str, file_id: str, *, tenant: str) -> list[str]:
         table = tables.chunks
         async with self._reader.connect() as conn:
             result = await conn.execute(
                 select(table.c.text)
-                .where(table.c.vector_store_id == vector_store_id, table.c.file_id == file_id)
+                .where(
+                    table.c.vector_store_id == vector_store_id,
+                    table.c.file_id == file_id,
+                    table.c.tenant == tenant,
+                )
                 .order_by(table.c.position, table.c.id)
             )
             return [str(chunk_text) for chunk_text in result.scalars()]
@@ -230,9 +238,16 @@ class SqliteVectorIndex(MatrixIndex):
         return {int(row[0]): row for row in fetched}
 
     async def keyword(
-        self, vector_store_id: str, query: str, limit: int, file_ids: list[str] | None = None
+        self,
+        vector_store_id: str,
+        query: str,
+        limit: int,
+        file_ids: list[str] | None = None,
+        *,
+        tenant: str,
     ) -> list[SearchHit]:
-        """The ``limit`` best full-text matches of ``query`` (BM25), best first."""
+        """The ``limit`` best full-text matches of ``query`` (BM25) among ``tenant``'s chunks,
+        best first."""
         terms = query_terms(query)
         if not terms:
             return []
@@ -240,6 +255,7 @@ class SqliteVectorIndex(MatrixIndex):
         params = {
             "match": match,
             "vector_store_id": vector_store_id,
+            "tenant": tenant,
             "file_ids": None if file_ids is None else json_dumps(list(file_ids)),
             "limit": limit,
         }
@@ -250,8 +266,8 @@ class SqliteVectorIndex(MatrixIndex):
                 for file_id, position, chunk_text, relevance in result
             ]
 
-    async def _matrix(self, vector_store_id: str, dim: int) -> Matrix:
-        key = (vector_store_id, dim)
+    async def _matrix(self, key: MatrixKey) -> Matrix:
+        vector_store_id, tenant, dim = key
         rows = await self._fetch(_VERSION_SQL, (vector_store_id,))
         version = int(rows[0][0]) if rows else None
         entry = self._cache.get(key)
@@ -266,7 +282,7 @@ class SqliteVectorIndex(MatrixIndex):
                 raw = await conn.get_raw_connection()
                 driver = raw.driver_connection
                 assert driver is not None
-                rows = await driver.execute_fetchall(_LOAD_SQL, (vector_store_id,))
+                rows = await driver.execute_fetchall(_LOAD_SQL, (vector_store_id, tenant))
             entry = await asyncio.to_thread(_build_matrix, version, dim, rows)
             self._cache.put(key, entry)
             logger.debug(
@@ -276,11 +292,21 @@ class SqliteVectorIndex(MatrixIndex):
             return entry
 
 
-def _delete_file(vector_store_id: str, file_id: str) -> Delete:
+def _delete_file(vector_store_id: str, file_id: str, tenant: str) -> Delete:
     table = tables.chunks
     return delete(table).where(
-        table.c.vector_store_id == vector_store_id, table.c.file_id == file_id
+        table.c.vector_store_id == vector_store_id,
+        table.c.file_id == file_id,
+        table.c.tenant == tenant,
     )
+
+
+def _patch_rows(ids: list[int], blobs: list[bytes]) -> list[tuple[int, FloatArray]]:
+    """The rows a write just committed, (chunk id, vector), for the cache's patch."""
+    return [
+        (chunk_id, np.frombuffer(blob, dtype="<f4"))
+        for chunk_id, blob in zip(ids, blobs, strict=True)
+    ]
 
 
 async def _version(conn: AsyncConnection, vector_store_id: str) -> int | None:

@@ -7,12 +7,17 @@ completed``) whose ``results`` the client sees only with
 ``include: ["file_search_call.results"]``, as with OpenAI. The model reads the results as
 numbered passages with their filenames; an answer that names a file it was given gets a
 ``file_citation`` annotation there.
+
+A request searches only its tenant's vector stores (``ToolContext.tenant``): naming another
+tenant's store answers exactly as naming one that does not exist (OpenAI's 404 before any
+inference; a ``failed`` call should it vanish meanwhile).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import functools
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import orjson
@@ -69,15 +74,23 @@ DESCRIPTION = (
 
 
 class VectorStoreSearch(Protocol):
-    """What file search needs of the vector stores (``files.search.SearchService``)."""
+    """What file search needs of the vector stores (``files.search.SearchService``), each call
+    as one tenant's."""
 
-    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
+    async def search(
+        self, vector_store_id: str, request: SearchRequest, *, tenant: str
+    ) -> JsonObject:
         """``POST /v1/vector_stores/{id}/search`` (its page object); raises ``GatewayError``."""
         ...
 
-    async def check_vector_store(self, vector_store_id: str) -> None:
-        """Raise OpenAI's 404 (``GatewayError``) when no vector store has this id."""
+    async def check_vector_store(self, vector_store_id: str, *, tenant: str) -> None:
+        """Raise OpenAI's 404 (``GatewayError``) when ``tenant`` has no vector store with this
+        id."""
         ...
+
+
+# One tenant's search of one vector store (``VectorStoreSearch.search`` bound to the tenant).
+TenantSearch = Callable[[str, SearchRequest], Awaitable[JsonObject]]
 
 
 class _Citations:
@@ -143,13 +156,14 @@ def format_results(results: list[JsonObject]) -> str:
 
 
 class FileSearchExecutor:
-    """One ``file_search`` tool of a request (``core.ports.ToolExecutor``)."""
+    """One ``file_search`` tool of a request (``core.ports.ToolExecutor``): ``search`` is the
+    request's tenant's (``None``: file search is not available)."""
 
     presentation = PRESENTATION
 
     def __init__(
         self,
-        search: VectorStoreSearch | None,
+        search: TenantSearch | None,
         tool: JsonObject,
         *,
         include_results: bool,
@@ -209,7 +223,7 @@ class FileSearchExecutor:
                 "invalid_arguments"
             )
         jobs = [
-            self._search.search(store_id, request)
+            self._search(store_id, request)
             for store_id in self._tool.get("vector_store_ids") or []
             for request in requests
         ]
@@ -293,12 +307,16 @@ class FileSearchToolProvider:
             return out
         include = request.body.get("include") or []
         citations = _Citations()
+        tenant = request.context.tenant
+        search: TenantSearch | None = None
+        if self._search is not None:
+            search = functools.partial(self._search.search, tenant=tenant)
         for index, tool in tools:
             _check_tool(index, tool)
-            await self._check_stores(index, tool["vector_store_ids"])
+            await self._check_stores(index, tool["vector_store_ids"], tenant)
             name = names.claim(NAMESPACE)
             out.executors[name] = FileSearchExecutor(
-                self._search,
+                search,
                 tool,
                 include_results=INCLUDE_RESULTS in include,
                 citations=citations,
@@ -315,14 +333,15 @@ class FileSearchToolProvider:
         out.annotators.append(citations.annotate)
         return out
 
-    async def _check_stores(self, index: int, store_ids: list[str]) -> None:
-        """A store that does not exist is the client's mistake: a 404 before any inference,
-        as OpenAI answers (one that vanishes later makes a failed ``file_search_call``)."""
+    async def _check_stores(self, index: int, store_ids: list[str], tenant: str) -> None:
+        """A store ``tenant`` does not have (none, or another tenant's) is the client's
+        mistake: a 404 before any inference, as OpenAI answers (one that vanishes later makes
+        a failed ``file_search_call``)."""
         if self._search is None:
             return
         for position, store_id in enumerate(store_ids):
             try:
-                await self._search.check_vector_store(store_id)
+                await self._search.check_vector_store(store_id, tenant=tenant)
             except GatewayError as exc:
                 exc.param = f"tools[{index}].vector_store_ids[{position}]"
                 raise

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.errors import InvalidRequestError, NotFoundError
 from app.files.checks import MissingObjectError
 from app.files.requests import SearchRequest
@@ -36,12 +37,17 @@ class RecordingSearch:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, JsonObject]] = []
+        self.tenants: set[str] = set()  # the tenants it was asked for
 
-    async def check_vector_store(self, vector_store_id: str) -> None:
+    async def check_vector_store(self, vector_store_id: str, *, tenant: str) -> None:
+        self.tenants.add(tenant)
         if vector_store_id not in PASSAGES and vector_store_id != VANISHING:
             raise MissingObjectError(f"No vector store found with id '{vector_store_id}'.")
 
-    async def search(self, vector_store_id: str, request: SearchRequest) -> JsonObject:
+    async def search(
+        self, vector_store_id: str, request: SearchRequest, *, tenant: str
+    ) -> JsonObject:
+        self.tenants.add(tenant)
         self.calls.append((vector_store_id, request.model_dump(exclude_unset=True)))
         if vector_store_id not in PASSAGES:
             raise NotFoundError(f"No vector store found with id '{vector_store_id}'.")
@@ -103,6 +109,7 @@ async def test_a_search_round_streams_a_file_search_call_and_cites_the_file(incl
     else:
         assert call["results"] is None
     assert search.calls == [("vs_docs", {"max_num_results": 5, "query": "Rust memory ownership"})]
+    assert search.tenants == {DEFAULT_TENANT}  # the request's (authentication off)
     fed = upstream.requests[1]["input"][-1]
     assert fed["type"] == "function_call_output" and "[1] rust.md" in fed["output"]
     annotations = final["output"][-1]["content"][0]["annotations"]
