@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from app.core.loop import clamp_rounds
+from app.options.limits import LimitsSettings
 from app.tool_settings import (
     McpSettings,
     ToolEngineConfig,
@@ -177,6 +178,8 @@ class Settings(BaseSettings):
     hosted_tools: HostedToolPolicy = "drop"
 
     mcp: McpSettings = Field(default_factory=McpSettings)
+    # [limits]: request ceilings, the request deadline, rate limits (app.options.limits).
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from app.api.body import parse_json_object, read_body
+from app.api.body import max_json_depth, parse_json_object, read_body
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
@@ -27,7 +27,7 @@ async def chat_completions(request: Request) -> Response:
         raise NotFoundError(
             "This gateway's upstream does not take chat completions.", code="unsupported_endpoint"
         )
-    parsed = parse_json_object(body)
+    parsed = parse_json_object(body, max_json_depth(request))
     reply = await upstream.forward_chat_completions(body, parsed, client_headers(request))
     headers = {"content-type": reply.content_type}
     if not reply.content_type.startswith("text/event-stream"):
