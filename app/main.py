@@ -33,7 +33,7 @@ from app.core.compact import Compactor
 from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
 from app.core.jobs import JobStore
-from app.core.loop import LoopLimits
+from app.core.limits import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
@@ -303,11 +303,13 @@ async def build_file_search(
 
 
 def loop_limits(settings: Settings) -> LoopLimits:
+    limits = settings.limits
     return LoopLimits(
         max_rounds=settings.tool_max_rounds,
         call_timeout=settings.tool_call_timeout,
         max_concurrency=settings.tool_max_concurrency,
         round_timeout=settings.tool_round_timeout or settings.upstream_read_timeout,
+        **limits.loop_limits(),
     )
 
 

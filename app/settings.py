@@ -22,7 +22,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from app.core.loop import clamp_rounds
+from app.core.limits import clamp_rounds
 from app.options.limits import LimitsSettings
 from app.tool_settings import (
     McpSettings,
@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
 
     # The server-side tool loop.
-    # Clamped to [1, 32] (core.loop.clamp_rounds).
+    # Clamped to [1, 32] (core.limits.clamp_rounds).
     tool_max_rounds: int = 10
     tool_call_timeout: float = Field(default=60.0, gt=0)
     tool_max_concurrency: int = Field(default=5, ge=1, le=64)

@@ -18,7 +18,7 @@ off unless configured. Where each limit is enforced:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -72,6 +72,17 @@ class LimitsSettings(BaseModel):
     # With authentication off (no key, the default tenant): one bucket per client address, or
     # one bucket for everyone.
     anonymous: Literal["client_address", "global"] = "client_address"
+
+    def loop_limits(self) -> dict[str, Any]:
+        """The ``app.core.limits.LoopLimits`` fields these settings fill in."""
+        return {
+            "max_calls_per_round": self.max_tool_calls_per_round,
+            "max_result_bytes": self.max_tool_result_bytes,
+            "request_timeout": self.request_timeout or None,
+            "background_timeout": self.background_timeout or None,
+            "max_tools": self.max_tools,
+            "max_mcp_servers": self.max_mcp_servers,
+        }
 
     def rate_for(self, key_id: str | None, tenant: str) -> tuple[int, int]:
         """Requests and tokens per minute for a caller (0: no limit): its key's override,
