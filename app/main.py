@@ -67,6 +67,7 @@ from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
 from app.upstream.kinds import UpstreamSpec, create_upstream
 from app.upstream.router import UpstreamRoute, UpstreamRouter
+from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -87,13 +88,16 @@ async def wait_for_upstream(upstream: Upstream, seconds: float, url: str) -> Non
     logger.info("upstream %s is ready", url)
 
 
-def create_configured_upstream(config: UpstreamConfig) -> Upstream:
+def create_configured_upstream(
+    config: UpstreamConfig, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> Upstream:
     """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
     http: HttpOptions = {
         "api_key": config.resolved_api_key(os.environ),
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
         "max_connections": config.max_connections,
+        "max_event_bytes": max_event_bytes,
     }
     chat = ChatOptions(
         reasoning_history=config.reasoning_history,
@@ -133,7 +137,7 @@ def build_upstream(settings: Settings) -> UpstreamRouter:
     routes = [
         UpstreamRoute(
             name=config.name,
-            upstream=create_configured_upstream(config),
+            upstream=create_configured_upstream(config, settings.limits.max_upstream_event_bytes),
             url=config.url,
             models=tuple(config.models),
             model_map=dict(config.model_map),

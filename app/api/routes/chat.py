@@ -4,6 +4,7 @@ gateway URL serves both APIs. The answer (JSON, SSE or an error) streams back as
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
 
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -14,7 +15,8 @@ from app.api.body import max_json_depth, parse_json_object, read_body
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
-from app.errors import NotFoundError
+from app.errors import NotFoundError, UpstreamEventTooLargeError
+from app.options.limits import LimitsSettings
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ async def chat_completions(request: Request) -> Response:
     if not reply.content_type.startswith("text/event-stream"):
         # A JSON answer (or error) is small: read whole, it is cheaper than streaming it.
         try:
-            content = b"".join([chunk async for chunk in reply.chunks])
+            content = await _read_at_most(reply.chunks, state.settings.limits)
         finally:
             await reply.close()
         if reply.status_code >= 400:
@@ -54,6 +56,18 @@ async def chat_completions(request: Request) -> Response:
         headers=headers,
         background=BackgroundTask(reply.close),
     )
+
+
+async def _read_at_most(chunks: AsyncIterator[bytes], limits: LimitsSettings) -> bytes:
+    """The upstream's whole JSON answer, at most ``max_upstream_event_bytes`` of it (502)."""
+    parts: list[bytes] = []
+    size, limit = 0, limits.max_upstream_event_bytes
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise UpstreamEventTooLargeError(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 ROUTES = [Route("/v1/chat/completions", chat_completions, methods=["POST"])]
