@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import __version__
 from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi
+from app.api.rate_limit import install_rate_limits
 from app.api.routes import (
     chat,
     conversations,
@@ -405,6 +406,8 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
+    # Rate limits per caller: added before the authentication middleware, so they run inside it.
+    install_rate_limits(app, settings.limits, settings.redis_url)
     app.router.routes.extend(responses.HOT_ROUTES)
     app.router.routes.extend(responses_ws.ROUTES)
     app.router.routes.extend(chat.ROUTES)

@@ -3,15 +3,18 @@ gateway URL serves both APIs. The answer (JSON, SSE or an error) streams back as
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from app.api.body import max_json_depth, parse_json_object, read_body
+from app.api.rate_limit import meter_of
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
@@ -47,6 +50,10 @@ async def chat_completions(request: Request) -> Response:
                 reply.status_code,
                 content[:300].decode("utf-8", "replace"),
             )
+        meter = meter_of(request)
+        if meter is not None and reply.status_code < 400:  # count the completion's tokens
+            with contextlib.suppress(orjson.JSONDecodeError):
+                await meter.charge(orjson.loads(content))
         return Response(content, status_code=reply.status_code, headers=headers)
     headers["cache-control"] = "no-cache"
     headers["x-accel-buffering"] = "no"

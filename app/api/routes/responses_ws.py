@@ -29,6 +29,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
 from app.api.body import DEFAULT_MAX_JSON_DEPTH, parse_json_object, validate
+from app.api.rate_limit import admit_turn, charge_usage
 from app.api.routes.responses import client_headers
 from app.api.state import GatewayState, gateway_state
 from app.api.ws_connection import ConnectionStore, WarmupUpstream
@@ -140,6 +141,7 @@ class ResponsesSocket:
         store = self.store
         store.begin_turn()
         try:
+            await admit_turn(self._websocket)  # the caller's rate limits (app.api.rate_limit)
             request, generate = parse_frame(frame, self._limit, self._depth)
             self._upstream.warmup = not generate
             events = await self._service.open_stream(request, self._headers)
@@ -154,6 +156,7 @@ class ResponsesSocket:
             final = await self._stream(events)
         finally:
             self._upstream.warmup = False
+        await charge_usage(self._websocket, final)
         if final is None or final.get("status") not in _CONTINUABLE:
             store.evict()
         elif request.params.store is False:
