@@ -40,11 +40,18 @@ def cut_text(text: str, limit: int) -> str:
     )
 
 
+# What the model sent (a call's arguments, a search's queries) is not the result: never cut.
+_MODEL_INPUT = frozenset({"arguments", "action", "input", "queries"})
+
+
 def _bound(value: Any, limit: int) -> Any:
     if isinstance(value, str):
         return cut_text(value, limit)
     if isinstance(value, dict):
-        bounded = {key: _bound(item, limit) for key, item in value.items()}
+        bounded = {
+            key: item if key in _MODEL_INPUT else _bound(item, limit)
+            for key, item in value.items()
+        }
         changed = any(bounded[key] is not item for key, item in value.items())
         return bounded if changed else value
     if isinstance(value, list):
