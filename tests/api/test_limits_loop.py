@@ -108,9 +108,7 @@ def test_a_big_tool_result_is_cut_with_a_note_for_the_model_the_client_and_the_s
 ) -> None:
     big = "é" * 3000  # 6,000 bytes: cut at 1,024 bytes, on a character boundary
     arguments = f'{{"message": "{big}"}}'
-    upstream = ScriptedUpstream(
-        [[function_call("mcp__counter__echo", arguments)], [message("ok")]]
-    )
+    upstream = ScriptedUpstream([[function_call("mcp__counter__echo", arguments)], [message("ok")]])
     client = gateway(upstream, max_tool_result_bytes=1024)
     kwargs: Any = {"model": "m", "input": "echo", "tools": [mcp_tool(counter_url)]}
     if stream:
