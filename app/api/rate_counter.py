@@ -70,6 +70,27 @@ class Admission:
         return out
 
 
+# Seconds requests go uncounted after the store failed, and how long one call to Redis may take.
+_RETRY_STORE_AFTER = 5.0
+_REDIS_TIMEOUT = 1.0
+
+
+def _redis_storage(redis_url: str) -> Storage:
+    """The counters in Redis (redis-py's asyncio client): short timeouts and no retries, so an
+    unreachable Redis costs a request at most about a second, then nothing for a while."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return RedisStorage(
+        f"async+{redis_url}",
+        implementation="redispy",
+        key_prefix="respgate-limits",
+        socket_connect_timeout=_REDIS_TIMEOUT,
+        socket_timeout=_REDIS_TIMEOUT,
+        retry=Retry(NoBackoff(), 0),  # type: ignore[arg-type]
+    )
+
+
 def duration(seconds: float) -> str:
     """OpenAI's reset format: ``350ms``, ``12s``, ``1m3s``."""
     if seconds < 1:
@@ -83,17 +104,13 @@ class RateCounter:
     """Counts requests and tokens per caller per minute (see the module docstring)."""
 
     def __init__(self, redis_url: str | None = None) -> None:
-        storage: Storage
-        if redis_url:
-            storage = RedisStorage(
-                f"async+{redis_url}", implementation="redispy", key_prefix="respgate-limits"
-            )
-        else:
-            storage = MemoryStorage()
-        self._storage = storage
-        self._limiter = FixedWindowRateLimiter(storage)
+        self._storage = _redis_storage(redis_url) if redis_url else MemoryStorage()
+        self._limiter = FixedWindowRateLimiter(self._storage)
         self._items: dict[tuple[Kind, int], RateLimitItem] = {}
         self._warned_at = -math.inf
+        # After a failure of the store, requests are let through without asking it for a while
+        # (a store that is down must not add its timeouts to every request).
+        self._down_until = -math.inf
 
     def _item(self, kind: Kind, amount: int) -> RateLimitItem:
         item = self._items.get((kind, amount))
@@ -104,6 +121,8 @@ class RateCounter:
     async def admit(self, bucket: Bucket) -> Admission:
         """Count one request for ``bucket`` unless it is out of tokens or of requests."""
         admission = Admission()
+        if time.monotonic() < self._down_until:
+            return admission
         try:
             if bucket.tokens:
                 tokens = await self._window("tokens", bucket)
@@ -122,7 +141,7 @@ class RateCounter:
 
     async def charge(self, bucket: Bucket, tokens: int) -> None:
         """Count ``tokens`` of a completed response for ``bucket``."""
-        if not bucket.tokens or tokens <= 0:
+        if not bucket.tokens or tokens <= 0 or time.monotonic() < self._down_until:
             return
         try:
             await self._limiter.hit(self._item("tokens", bucket.tokens), bucket.key, cost=tokens)
@@ -137,6 +156,7 @@ class RateCounter:
 
     def _warn(self, exc: Exception) -> None:
         now = time.monotonic()
+        self._down_until = now + _RETRY_STORE_AFTER
         if now - self._warned_at >= 60.0:
             self._warned_at = now
             logger.warning("rate limits not counted (their store failed): %r", exc)

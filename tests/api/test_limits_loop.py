@@ -132,18 +132,22 @@ def test_a_big_tool_result_is_cut_with_a_note_for_the_model_the_client_and_the_s
 # ----------------------------------------------------------------------------- deadline
 
 
+@pytest.mark.parametrize("stream", [False, True])
 def test_a_slow_tool_ends_the_response_incomplete_at_the_deadline(
-    gateway: Any, counter_url: str
+    gateway: Any, counter_url: str, stream: bool
 ) -> None:
     upstream = ScriptedUpstream(
         [[function_call("mcp__counter__sleep", '{"seconds": 30}')], [message("never")]]
     )
     client = gateway(upstream, request_timeout=1.0)
     kwargs: Any = {"model": "m", "input": "wait", "tools": [mcp_tool(counter_url)]}
-    with client.responses.stream(**kwargs) as events:
-        seen = [dump(e) for e in events]
-    response = without_parsed(assert_lifecycle(seen))
-    assert seen[-1]["type"] == "response.incomplete"
+    if stream:
+        with client.responses.stream(**kwargs) as events:
+            seen = [dump(e) for e in events]
+        response = without_parsed(assert_lifecycle(seen))
+        assert seen[-1]["type"] == "response.incomplete"
+    else:
+        response = dump(client.responses.create(**kwargs))
     assert response["status"] == "incomplete"
     assert response["incomplete_details"] == {"reason": "request_timeout"}
     [call] = [i for i in response["output"] if i["type"] == "mcp_call"]
