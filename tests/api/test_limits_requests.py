@@ -87,6 +87,9 @@ def test_too_many_tools_is_a_400_naming_tools(
         error = refusal(caught)
         assert (error["param"], error["code"]) == ("tools", "array_above_max_length")
         assert "maximum length 3, but got an array with length 4" in error["message"]
+    with pytest.raises(openai.BadRequestError) as caught:  # refused before it is queued
+        client.responses.create(model="m", input="hi", tools=tools, background=True)  # type: ignore[arg-type]
+    assert refusal(caught)["code"] == "array_above_max_length"
     assert upstream.requests == []
     # at the limit: served
     client.responses.create(model="m", input="hi", tools=tools[1:])  # type: ignore[arg-type]
