@@ -19,13 +19,14 @@ WebSocket connection is not counted itself: each ``response.create`` frame is
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
 
 import orjson
+from starlette.applications import Starlette
 from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.rate_counter import Admission, Bucket, Kind, RateCounter
+from app.api.rate_counter import Admission, Bucket, Kind, RateCounter, duration
 from app.api.tenancy import principal_of
 from app.core.tenancy import DEFAULT_TENANT
 from app.errors import GatewayError
@@ -49,9 +50,10 @@ class RateLimitError(GatewayError):
 
     def __init__(self, kind: Kind, admission: Admission) -> None:
         window = admission.windows[kind]
+        wait = duration(window.reset_in(time.time()))
         super().__init__(
             f"Rate limit reached for {_LABELS[kind]}: Limit {window.limit}, Remaining "
-            f"{window.remaining}. Please try again after the x-ratelimit-reset-{kind} time."
+            f"{window.remaining}. Please try again in {wait}."
         )
         self.type = kind
 
@@ -197,7 +199,7 @@ class RateLimitMiddleware:
         return closing_send
 
 
-def install_rate_limits(app: Any, settings: LimitsSettings, redis_url: str | None) -> None:
+def install_rate_limits(app: Starlette, settings: LimitsSettings, redis_url: str | None) -> None:
     """Add the middleware to ``app`` when any caller has a rate limit. Call it before the
     authentication middleware is added (Starlette runs the last added outermost), so that the
     principal is on the scope when a request gets here."""
