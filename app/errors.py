@@ -93,6 +93,19 @@ class UpstreamProtocolError(UpstreamError):
     code = "upstream_protocol_error"
 
 
+class UpstreamEventTooLargeError(UpstreamProtocolError):
+    """The upstream sent an SSE line or event, or a JSON answer, larger than the gateway takes
+    (``[limits] max_upstream_event_bytes``)."""
+
+    code = "upstream_event_too_large"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"the upstream sent an event larger than {limit} bytes, the gateway's limit "
+            "(max_upstream_event_bytes)"
+        )
+
+
 class UpstreamHTTPError(UpstreamError):
     """The upstream answered with an HTTP error: its status and error body are forwarded."""
 

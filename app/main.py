@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app import __version__
 from app.api.errors import install_error_handlers
 from app.api.openapi import install_openapi
+from app.api.rate_limit import install_rate_limits
 from app.api.routes import (
     chat,
     conversations,
@@ -33,7 +34,7 @@ from app.core.compact import Compactor
 from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
 from app.core.jobs import JobStore
-from app.core.loop import LoopLimits
+from app.core.limits import LoopLimits
 from app.core.observe import ToolEvents
 from app.core.ports import ResponseStore, Upstream
 from app.core.service import ResponsesService
@@ -67,6 +68,7 @@ from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
 from app.upstream.kinds import UpstreamSpec, create_upstream
 from app.upstream.router import UpstreamRoute, UpstreamRouter
+from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -87,13 +89,16 @@ async def wait_for_upstream(upstream: Upstream, seconds: float, url: str) -> Non
     logger.info("upstream %s is ready", url)
 
 
-def create_configured_upstream(config: UpstreamConfig) -> Upstream:
+def create_configured_upstream(
+    config: UpstreamConfig, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+) -> Upstream:
     """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
     http: HttpOptions = {
         "api_key": config.resolved_api_key(os.environ),
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
         "max_connections": config.max_connections,
+        "max_event_bytes": max_event_bytes,
     }
     chat = ChatOptions(
         reasoning_history=config.reasoning_history,
@@ -133,7 +138,7 @@ def build_upstream(settings: Settings) -> UpstreamRouter:
     routes = [
         UpstreamRoute(
             name=config.name,
-            upstream=create_configured_upstream(config),
+            upstream=create_configured_upstream(config, settings.limits.max_upstream_event_bytes),
             url=config.url,
             models=tuple(config.models),
             model_map=dict(config.model_map),
@@ -303,11 +308,13 @@ async def build_file_search(
 
 
 def loop_limits(settings: Settings) -> LoopLimits:
+    limits = settings.limits
     return LoopLimits(
         max_rounds=settings.tool_max_rounds,
         call_timeout=settings.tool_call_timeout,
         max_concurrency=settings.tool_max_concurrency,
         round_timeout=settings.tool_round_timeout or settings.upstream_read_timeout,
+        **limits.loop_limits(),
     )
 
 
@@ -399,6 +406,8 @@ def create_app(
         redoc_url=None,
     )
     install_error_handlers(app)
+    # Rate limits per caller: added before the authentication middleware, so they run inside it.
+    install_rate_limits(app, settings.limits, settings.redis_url)
     app.router.routes.extend(responses.HOT_ROUTES)
     app.router.routes.extend(responses_ws.ROUTES)
     app.router.routes.extend(chat.ROUTES)

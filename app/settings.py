@@ -22,7 +22,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from app.core.loop import clamp_rounds
+from app.core.limits import clamp_rounds
+from app.options.limits import LimitsSettings
 from app.tool_settings import (
     McpSettings,
     ToolEngineConfig,
@@ -144,7 +145,7 @@ class Settings(BaseSettings):
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
 
     # The server-side tool loop.
-    # Clamped to [1, 32] (core.loop.clamp_rounds).
+    # Clamped to [1, 32] (core.limits.clamp_rounds).
     tool_max_rounds: int = 10
     tool_call_timeout: float = Field(default=60.0, gt=0)
     tool_max_concurrency: int = Field(default=5, ge=1, le=64)
@@ -177,6 +178,8 @@ class Settings(BaseSettings):
     hosted_tools: HostedToolPolicy = "drop"
 
     mcp: McpSettings = Field(default_factory=McpSettings)
+    # [limits]: request ceilings, the request deadline, rate limits (app.options.limits).
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".

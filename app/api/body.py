@@ -8,22 +8,36 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 
+from app.api.json_depth import exceeds_depth
 from app.errors import InvalidRequestError, RequestTooLargeError
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+# How deep a body may nest when the app's settings do not say ([limits] max_json_depth).
+DEFAULT_MAX_JSON_DEPTH = 128
+
+
 async def read_json_object(request: Request, limit: int) -> dict[str, Any]:
-    return parse_json_object(await read_body(request, limit))
+    return parse_json_object(await read_body(request, limit), max_json_depth(request))
 
 
-def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """``raw`` as a JSON object, or the 400 OpenAI answers for a body that is not one."""
+def max_json_depth(connection: HTTPConnection) -> int:
+    """The app's ``[limits] max_json_depth``."""
+    gateway = getattr(connection.app.state, "gateway", None)
+    return gateway.settings.limits.max_json_depth if gateway is not None else DEFAULT_MAX_JSON_DEPTH
+
+
+def parse_json_object(raw: bytes, max_depth: int = DEFAULT_MAX_JSON_DEPTH) -> dict[str, Any]:
+    """``raw`` as a JSON object, or the 400 OpenAI answers for a body that is not one (or that
+    nests deeper than ``max_depth``: checked before anything else reads it)."""
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):  # orjson's own ceiling, 1,024 levels
+            raise _too_deep(max_depth) from None
         raise InvalidRequestError(
             "We could not parse the JSON body of your request. The API expects a JSON "
             f"payload ({exc}).",
@@ -31,7 +45,17 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         ) from exc
     if not isinstance(data, dict):
         raise InvalidRequestError("The request body must be a JSON object.", code="invalid_json")
+    if exceeds_depth(data, max_depth):
+        raise _too_deep(max_depth)
     return data
+
+
+def _too_deep(limit: int) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"The JSON body of your request nests more than {limit} levels deep (objects and "
+        "arrays inside each other), which is more than this server accepts.",
+        code="json_too_deeply_nested",
+    )
 
 
 async def read_body(request: Request, limit: int) -> bytes:

@@ -10,7 +10,7 @@ stream cut when the process's drain lapses (``app.api.drain``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -26,7 +26,13 @@ def encode_event(event: dict[str, Any]) -> bytes:
     return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
 
 
-async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+# Told the final Response when a stream ends (the rate limits count its usage).
+OnFinal = Callable[[dict[str, Any] | None], Awaitable[None]]
+
+
+async def _frames(
+    events: AsyncIterator[dict[str, Any]], on_final: OnFinal | None = None
+) -> AsyncIterator[bytes]:
     task = asyncio.current_task()
     if task is not None:
         OPEN_STREAMS.add(task)
@@ -49,6 +55,8 @@ async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
                 yield encode_event(event)
             if not closing:
                 return
+        if on_final is not None:
+            await on_final(response)
         yield DONE_FRAME
     finally:
         if task is not None:
@@ -58,5 +66,7 @@ async def _frames(events: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]
             await aclose()
 
 
-def event_stream_response(events: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
-    return EventSourceResponse(_frames(events), ping=15, sep="\n")
+def event_stream_response(
+    events: AsyncIterator[dict[str, Any]], on_final: OnFinal | None = None
+) -> EventSourceResponse:
+    return EventSourceResponse(_frames(events, on_final), ping=15, sep="\n")

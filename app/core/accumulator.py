@@ -85,6 +85,13 @@ class ResponseAccumulator:
         """Close every item still open (the stream ended); returns the closing events."""
         return self._items.close_open(status)
 
+    def cut_short(self, details: JsonObject) -> list[StreamEvent]:
+        """End the response ``incomplete`` for ``details`` (the request's deadline): every open
+        item is closed; returns the closing events."""
+        events = self.finish("incomplete")
+        self.status, self.incomplete_details, self.finished = "incomplete", details, True
+        return events
+
     # ------------------------------------------------------------------ lifecycle
 
     def _on_lifecycle(self, event: UpstreamEvent) -> list[StreamEvent]:

@@ -63,6 +63,7 @@ from app.core.ids import new_id
 from app.core.job_runner import JobContext, JobRun, is_terminal
 from app.core.job_signals import CANCELLED, JobSignalling, JobSignals, SignalledJobs, wait_at_most
 from app.core.jobs import BackgroundJob, JobStore, LoggedEvent
+from app.core.limits import check_request_limits
 from app.core.response import ResponseOutcome, build_response
 from app.core.service import ResponsesService
 from app.core.stream import ResponseLifecycle
@@ -181,6 +182,7 @@ class BackgroundResponses:
 
     async def _queue(self, request: ParsedRequest, headers: Mapping[str, str]) -> JobRun:
         body = request.body
+        check_request_limits(body, self._service.limits)  # a 400 now, not a failed job later
         echoed = self._service.echoed(body)
         response_id = new_id("resp")
         created_at = int(self._clock())

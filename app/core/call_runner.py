@@ -16,6 +16,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from app.core.bounds import bound_result
+from app.core.deadline import Deadline
 from app.core.observe import (
     COMPLETED,
     FAILED,
@@ -62,6 +64,19 @@ class RunningCalls:
                 self._batched.update(finished.result())
         return self._batched[item_id]
 
+    async def result_before(self, item_id: str, deadline: Deadline | None) -> ToolResult | None:
+        """The call's result, or None when the request's deadline comes first."""
+        if deadline is None:
+            return await self.result(item_id)
+        timeout = asyncio.timeout_at(deadline.at)
+        try:
+            async with timeout:
+                return await self.result(item_id)
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            return None
+
     def cancel(self) -> None:
         for task in self._tasks.values():
             task.cancel()
@@ -73,12 +88,19 @@ class CallRunner:
     """Runs the gateway calls of one response's rounds (see the module docstring)."""
 
     def __init__(
-        self, events: ToolEvents, response_id: str, *, call_timeout: float, max_concurrency: int
+        self,
+        events: ToolEvents,
+        response_id: str,
+        *,
+        call_timeout: float,
+        max_concurrency: int,
+        max_result_bytes: int | None = None,
     ) -> None:
         self._tool_events = events
         self._response_id = response_id
         self._call_timeout = call_timeout
         self._max_concurrency = max_concurrency
+        self._max_result_bytes = max_result_bytes
         self.round = 0
 
     def start(self, runnable: Sequence[Pair]) -> RunningCalls:
@@ -131,6 +153,7 @@ class CallRunner:
                     for c, ex in pairs
                 ]
             elapsed = (time.perf_counter() - started) * 1000
+            results = [bound_result(result, self._max_result_bytes) for result in results]
             for (call, executor), result in zip(pairs, results, strict=True):
                 measured = result.duration_ms if result.duration_ms is not None else elapsed
                 self.observe(call, executor, result, measured)
@@ -156,6 +179,7 @@ class CallRunner:
                 result = executor.error_result(
                     call, f"the tool failed: {exc}", status="failed"
                 ).with_kind("exception")
+            result = bound_result(result, self._max_result_bytes)
             self.observe(call, executor, result, (time.perf_counter() - started) * 1000)
             return result
 

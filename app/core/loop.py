@@ -27,7 +27,9 @@ from app.core.accumulator import ResponseAccumulator
 from app.core.call_runner import CallRunner
 from app.core.checkpoint import Checkpoints, LoopCheckpoint
 from app.core.context_window import RoundFit
+from app.core.deadline import Deadline, timed_out_stream, within
 from app.core.decide import Continue, Done, Incomplete, RequiresClientAction, decide_next
+from app.core.limits import LoopLimits as LoopLimits
 from app.core.observe import (
     ToolEvents,
 )
@@ -47,27 +49,6 @@ from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
-# The tool loop's iteration cap is clamped to [MIN_ROUNDS, HARD_MAX_ROUNDS] wherever it is set.
-MIN_ROUNDS = 1
-HARD_MAX_ROUNDS = 32
-
-
-def clamp_rounds(value: int) -> int:
-    """A round cap within [1, 32]."""
-    return max(MIN_ROUNDS, min(value, HARD_MAX_ROUNDS))
-
-
-@dataclass(frozen=True, slots=True)
-class LoopLimits:
-    max_rounds: int = 10
-    call_timeout: float = 60.0
-    max_concurrency: int = 5
-    round_timeout: float | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "max_rounds", clamp_rounds(self.max_rounds))
-
-
 @dataclass(frozen=True, slots=True)
 class LoopRequest:
     """What a loop sends upstream each round, and for which response."""
@@ -80,6 +61,8 @@ class LoopRequest:
     # Checks a later round's input against the context window (core.context_window.RoundWindow):
     # (body, items, index of the response's own first item) -> what to send, or the failure.
     fit_round: Callable[[JsonObject, list[JsonObject], int], Awaitable[RoundFit]] | None = None
+    # The whole request's deadline (core.deadline): past it the response ends incomplete.
+    deadline: Deadline | None = None
 
 
 class ToolLoop:
@@ -108,7 +91,10 @@ class ToolLoop:
             request.response_id,
             call_timeout=limits.call_timeout,
             max_concurrency=limits.max_concurrency,
+            max_result_bytes=limits.max_result_bytes,
         )
+        self._deadline = request.deadline
+        self._timed_out = False
         self._model_items: list[JsonObject] = list(prepared.upstream_input)
         self._pending: UpstreamEventStream | None = None
         self._accumulator: ResponseAccumulator | None = None
@@ -134,14 +120,17 @@ class ToolLoop:
         that refuses the request is reported before the client's stream starts (a loop resumed
         from a checkpoint opens its round in ``events``, where the round's input is fitted)."""
         if not self._prepared.approved and not self._resumed:
-            deadline = self._limits.round_timeout
-            try:
-                async with asyncio.timeout(deadline):
-                    self._pending = await self._open_round()
-            except TimeoutError:
-                raise UpstreamTimeoutError(
-                    f"the upstream did not answer round 1 within {deadline} s"
-                ) from None
+            self._pending = await within(self._deadline, self._open_first(), timed_out_stream)
+
+    async def _open_first(self) -> UpstreamEventStream:
+        deadline = self._limits.round_timeout
+        try:
+            async with asyncio.timeout(deadline):
+                return await self._open_round()
+        except TimeoutError:
+            raise UpstreamTimeoutError(
+                f"the upstream did not answer round 1 within {deadline} s"
+            ) from None
 
     async def events(self) -> AsyncIterator[StreamEvent]:
         """The client's events for every round; sets the final state when it ends."""
@@ -164,6 +153,10 @@ class ToolLoop:
                 yield event
             await self._round_done()
         while True:
+            if self._timed_out or (self._deadline is not None and self._deadline.passed):
+                for event in self._stop_at_deadline():
+                    yield event
+                return
             self._round += 1
             self._runner.round = self._round
             if self._round > self._limits.max_rounds + 1:
@@ -226,6 +219,15 @@ class ToolLoop:
         self._held.clear()
         return events
 
+    def _stop_at_deadline(self) -> list[StreamEvent]:
+        """End the response ``incomplete`` at the request's deadline: what is open is closed."""
+        assert self._deadline is not None
+        events = self.finish("incomplete")
+        self.status, self.incomplete_details = "incomplete", self._deadline.details
+        self.finished = True
+        logger.info("response %s reached its time limit", self._response_id)
+        return events
+
     async def aclose(self) -> None:
         if self._pending is not None:
             pending, self._pending = self._pending, None
@@ -258,8 +260,13 @@ class ToolLoop:
         view = RoundView(self._prepared.executors, self._prepared.annotators)
         self._accumulator, self._view = accumulator, view
         deadline = self._limits.round_timeout
+        request_deadline = self._deadline
+        if request_deadline is None:
+            timeout = asyncio.timeout(deadline)
+        else:
+            timeout = asyncio.timeout_at(request_deadline.sooner(deadline))
         try:
-            async with asyncio.timeout(deadline):
+            async with timeout:
                 stream = self._pending or await self._open_round(items)
                 self._pending = None
                 try:
@@ -272,9 +279,13 @@ class ToolLoop:
                 finally:
                     await stream.aclose()
         except TimeoutError:
-            raise UpstreamTimeoutError(
-                f"the upstream did not finish round {self._round} within {deadline} s"
-            ) from None
+            if request_deadline is None or not request_deadline.passed:
+                raise UpstreamTimeoutError(
+                    f"the upstream did not finish round {self._round} within {deadline} s"
+                ) from None
+            for event in self._stop_at_deadline():
+                yield event
+            return
         if not accumulator.finished:
             raise UpstreamProtocolError(
                 "the upstream stream ended before the response was complete"
@@ -322,6 +333,8 @@ class ToolLoop:
         pairs = [self._held[call.item_id] for call in _in_order(view, decision.calls)]
         async for event in self._run_calls(pairs):
             yield event
+        if self._timed_out:
+            return  # the next pass of ``events`` ends the response
         if isinstance(decision, RequiresClientAction):
             self.status, self.finished = "completed", True
             return
@@ -347,12 +360,16 @@ class ToolLoop:
         """Run gateway calls concurrently (bounded); results are reported in call order."""
         runnable: list[tuple[GatewayCall, ToolExecutor]] = []
         refused: dict[str, ToolResult] = {}
+        per_round = self._limits.max_calls_per_round
         for call, executor in pairs:
+            reason = None
             if self._max_tool_calls is not None and self._calls_run >= self._max_tool_calls:
+                reason = f"this response reached max_tool_calls ({self._max_tool_calls})"
+            elif per_round is not None and len(runnable) >= per_round:
+                reason = f"the gateway runs at most {per_round} tool calls per round"
+            if reason is not None:
                 refused[call.item_id] = executor.error_result(
-                    call,
-                    f"not run: this response reached max_tool_calls ({self._max_tool_calls})",
-                    status="incomplete",
+                    call, f"not run: {reason}", status="incomplete"
                 )
                 continue
             self._calls_run += 1
@@ -366,7 +383,15 @@ class ToolLoop:
         running = self._runner.start(runnable)
         try:
             for call, executor in pairs:
-                result = refused.get(call.item_id) or await running.result(call.item_id)
+                result = refused.get(call.item_id)
+                if result is None and not self._timed_out:
+                    result = await running.result_before(call.item_id, self._deadline)
+                if result is None:  # past the request's deadline: cancelled below
+                    assert self._deadline is not None
+                    self._timed_out = True
+                    result = executor.error_result(
+                        call, self._deadline.not_finished, status="incomplete"
+                    )
                 for event in self._close_call(call, executor, result):
                     yield event
                 self._results_fed = True

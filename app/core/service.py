@@ -17,9 +17,11 @@ from app.core.checkpoint import Checkpoints
 from app.core.compact import Compactor, UpstreamView, compaction_prelude
 from app.core.compaction import CompactionCodec, has_compaction
 from app.core.context_window import ContextWindow, RoundWindow, fit_history
+from app.core.deadline import timed_out_stream, within
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
-from app.core.loop import LoopLimits, LoopRequest, ToolLoop
+from app.core.limits import LoopLimits, check_request_limits
+from app.core.loop import LoopRequest, ToolLoop
 from app.core.observe import ToolEvents
 from app.core.paging import page_or_raise
 from app.core.ports import (
@@ -92,6 +94,7 @@ class ResponsesService:
         (``core.compact``) changes what the upstream sees. Returns the history (what is
         stored), the upstream body and what the upstream sees."""
         body = request.body
+        check_request_limits(body, self.limits)
         check_tool_choice(request.params)
         history = await rehydrate(self.store, request.params)
         compacted = has_compaction(history.input_items)
@@ -137,6 +140,7 @@ class ResponsesService:
         items = [*history.history_items, *history.input_items]
         if not toolkit.involves_gateway(body, items):
             return None
+        deadline = self.limits.deadline(background=request.params.background is True)
         context = ToolContext(
             session_id=history.session_id or response_id,
             response_id=response_id,
@@ -177,6 +181,7 @@ class ResponsesService:
             )
             if self.context.checks(params.model, params.truncation)
             else None,
+            deadline=deadline,
         )
         return ToolLoop(
             upstream=self.upstream,
@@ -194,7 +199,9 @@ class ResponsesService:
         loop = await self._tool_loop(request, history, view, headers, response_id, stream=False)
         if loop is not None:
             return await self._create_looped(request, history, loop, response_id, created_at)
-        data = await self.upstream.create_response(upstream_body, headers)
+        deadline = self.limits.deadline(background=request.params.background is True)
+        answer = self.upstream.create_response(upstream_body, headers)
+        data = await within(deadline, answer, lambda cut: cut.timed_out_response())
         raw_output = data.get("output")
         output = [
             normalize_item(item, fresh_id=True)
@@ -276,8 +283,11 @@ class ResponsesService:
                 await loop.aclose()
                 raise
             return self._stream(request, history, loop, loop, response_id, created_at)
-        upstream_events = await self.upstream.stream_response(upstream_body, headers)
-        single = SingleRound(upstream_events, [compaction_prelude(i) for i in view.output])
+        deadline = self.limits.deadline(background=request.params.background is True)
+        opening = self.upstream.stream_response(upstream_body, headers)
+        upstream_events = await within(deadline, opening, timed_out_stream)
+        prelude = [compaction_prelude(i) for i in view.output]
+        single = SingleRound(upstream_events, prelude, deadline)
         return self._stream(request, history, single, single.accumulator, response_id, created_at)
 
     async def _stream(

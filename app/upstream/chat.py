@@ -70,6 +70,8 @@ class ChatUpstream(TokenizingUpstream):
                 response = lowering.raise_response(response)
             return SingleResponseStream(response)
         translator = ChatStreamTranslator(body)
+        limit = self.max_event_bytes
         if lowering is None:
-            return UpstreamEvents(answer, translator)
-        return UpstreamEvents(answer, RaisingTranslator(translator, EventRaiser(lowering)))
+            return UpstreamEvents(answer, translator, max_bytes=limit)
+        raising = RaisingTranslator(translator, EventRaiser(lowering))
+        return UpstreamEvents(answer, raising, max_bytes=limit)

@@ -21,7 +21,7 @@ from app.errors import UpstreamError
 from app.net.http import map_transport_error, release
 from app.protocol.events import STREAM_DONE
 from app.protocol.json_types import JsonObject
-from app.upstream.sse import parse_sse_lines, split_lines
+from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES, parse_sse_lines, split_lines
 
 
 class EventTranslator(Protocol):
@@ -42,10 +42,15 @@ class UpstreamEvents:
     the kind's translation step (None: the events are Responses events already)."""
 
     def __init__(
-        self, resp: aiohttp.ClientResponse, translator: EventTranslator | None = None
+        self,
+        resp: aiohttp.ClientResponse,
+        translator: EventTranslator | None = None,
+        max_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self._resp = resp
         self._translator = translator
+        # One SSE line or event ([limits] max_upstream_event_bytes): ``sse``.
+        self._max_bytes = max_bytes
 
     def __aiter__(self) -> AsyncIterator[JsonObject]:
         return self._events()
@@ -54,7 +59,8 @@ class UpstreamEvents:
         translator = self._translator
         try:
             # Not aiohttp's readline: it caps line length (see ``split_lines``).
-            events = parse_sse_lines(split_lines(self._resp.content.iter_any()))
+            limit = self._max_bytes
+            events = parse_sse_lines(split_lines(self._resp.content.iter_any(), limit), limit)
             if translator is None:
                 async for event in events:
                     yield event

@@ -15,9 +15,10 @@ import aiohttp
 import orjson
 
 from app.core.ports import RawReply, RawStream
-from app.errors import UpstreamError, UpstreamHTTPError
+from app.errors import UpstreamError, UpstreamEventTooLargeError, UpstreamHTTPError
 from app.net.http import decode_json_object, error_envelope, map_transport_error, release
 from app.protocol.json_types import JsonObject
+from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,8 @@ class HttpOptions(TypedDict, total=False):
     connect_timeout: float
     read_timeout: float
     max_connections: int
+    # One SSE line or event, or one JSON answer ([limits] max_upstream_event_bytes).
+    max_event_bytes: int
 
 
 class HttpUpstream:
@@ -47,8 +50,10 @@ class HttpUpstream:
         connect_timeout: float = 10.0,
         read_timeout: float = 600.0,
         max_connections: int = 256,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.max_event_bytes = max_event_bytes
         self._api_key = api_key
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=connect_timeout, sock_read=read_timeout
@@ -95,7 +100,7 @@ class HttpUpstream:
             async with self.session.post(
                 url, data=orjson.dumps(body), headers=self.headers_for(headers, JSON_TYPE)
             ) as resp:
-                raw = await resp.read()
+                raw = await read_at_most(resp, self.max_event_bytes)
                 if resp.status >= 400:
                     raise UpstreamHTTPError(resp.status, error_envelope(resp.status, raw))
         except UpstreamError:
@@ -118,7 +123,9 @@ class HttpUpstream:
         if resp.status < 400 and resp.content_type != JSON_TYPE:
             return resp
         try:
-            raw = await resp.read()
+            raw = await read_at_most(resp, self.max_event_bytes)
+        except UpstreamError:
+            raise
         except Exception as exc:
             raise map_transport_error(exc) from exc
         finally:
@@ -175,6 +182,21 @@ class HttpUpstream:
             chunks=_raw_chunks(resp),
             close=_closer(resp),
         )
+
+
+async def read_at_most(resp: aiohttp.ClientResponse, limit: int) -> bytes:
+    """The whole body, or ``UpstreamEventTooLargeError`` once it is known to exceed ``limit``."""
+    length = resp.content_length
+    if length is not None and length > limit:
+        raise UpstreamEventTooLargeError(limit)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise UpstreamEventTooLargeError(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 async def _raw_chunks(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:

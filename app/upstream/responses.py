@@ -123,9 +123,10 @@ class ResponsesUpstream(TokenizingUpstream):
                 answer = lowering.raise_response(answer)
             return SingleResponseStream(answer)
         # Its events are Responses events already: no translation step.
+        events = UpstreamEvents(answer, max_bytes=self.max_event_bytes)
         if lowering is None:
-            return UpstreamEvents(answer)
-        return RaisedEvents(UpstreamEvents(answer), EventRaiser(lowering))
+            return events
+        return RaisedEvents(events, EventRaiser(lowering))
 
     async def count_natively(
         self, body: JsonObject, headers: Mapping[str, str]

@@ -3,18 +3,23 @@ gateway URL serves both APIs. The answer (JSON, SSE or an error) streams back as
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
+import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from app.api.body import parse_json_object, read_body
+from app.api.body import max_json_depth, parse_json_object, read_body
+from app.api.rate_limit import meter_of
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
-from app.errors import NotFoundError
+from app.errors import NotFoundError, UpstreamEventTooLargeError
+from app.options.limits import LimitsSettings
 
 logger = logging.getLogger(__name__)
 
@@ -27,13 +32,13 @@ async def chat_completions(request: Request) -> Response:
         raise NotFoundError(
             "This gateway's upstream does not take chat completions.", code="unsupported_endpoint"
         )
-    parsed = parse_json_object(body)
+    parsed = parse_json_object(body, max_json_depth(request))
     reply = await upstream.forward_chat_completions(body, parsed, client_headers(request))
     headers = {"content-type": reply.content_type}
     if not reply.content_type.startswith("text/event-stream"):
         # A JSON answer (or error) is small: read whole, it is cheaper than streaming it.
         try:
-            content = b"".join([chunk async for chunk in reply.chunks])
+            content = await _read_at_most(reply.chunks, state.settings.limits)
         finally:
             await reply.close()
         if reply.status_code >= 400:
@@ -45,6 +50,10 @@ async def chat_completions(request: Request) -> Response:
                 reply.status_code,
                 content[:300].decode("utf-8", "replace"),
             )
+        meter = meter_of(request)
+        if meter is not None and reply.status_code < 400:  # count the completion's tokens
+            with contextlib.suppress(orjson.JSONDecodeError):
+                await meter.charge(orjson.loads(content))
         return Response(content, status_code=reply.status_code, headers=headers)
     headers["cache-control"] = "no-cache"
     headers["x-accel-buffering"] = "no"
@@ -54,6 +63,18 @@ async def chat_completions(request: Request) -> Response:
         headers=headers,
         background=BackgroundTask(reply.close),
     )
+
+
+async def _read_at_most(chunks: AsyncIterator[bytes], limits: LimitsSettings) -> bytes:
+    """The upstream's whole JSON answer, at most ``max_upstream_event_bytes`` of it (502)."""
+    parts: list[bytes] = []
+    size, limit = 0, limits.max_upstream_event_bytes
+    async for chunk in chunks:
+        size += len(chunk)
+        if size > limit:
+            raise UpstreamEventTooLargeError(limit)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 ROUTES = [Route("/v1/chat/completions", chat_completions, methods=["POST"])]

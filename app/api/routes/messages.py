@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
+from app.api.rate_limit import Meter, charge_usage, meter_of
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
 from app.frontends.anthropic.errors import error_body
@@ -42,13 +43,15 @@ def upstream_headers(request: Request) -> dict[str, str]:
 
 
 async def _frames(
-    events: AsyncIterator[JsonObject], translator: MessageStream
+    events: AsyncIterator[JsonObject], translator: MessageStream, meter: Meter | None
 ) -> AsyncIterator[bytes]:
     try:
         async for event in events:
             for out in translator.feed(event):
                 yield b"event: " + out["type"].encode() + b"\ndata: " + orjson.dumps(out) + b"\n\n"
             if translator.finished:
+                if meter is not None:  # the rate limits count the response's tokens
+                    await meter.charge(event.get("response"))
                 break
     finally:
         aclose = getattr(events, "aclose", None)
@@ -69,8 +72,10 @@ async def create_message(request: Request) -> Response:
         translator = MessageStream(
             translated.model, translated.stop_sequences, translated.omit_thinking
         )
-        return EventSourceResponse(_frames(events, translator), ping=15, sep="\n")
+        frames = _frames(events, translator, meter_of(request))
+        return EventSourceResponse(frames, ping=15, sep="\n")
     response = await state.service.create(parsed, headers)
+    await charge_usage(request, response)
     if response.get("status") == "failed":
         error = response.get("error") or {}
         message = str(error.get("message") or "The upstream failed to produce a response.")

@@ -11,6 +11,7 @@ from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
 from app.api.pagination import page_params
+from app.api.rate_limit import meter_of
 from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
@@ -42,14 +43,18 @@ async def create_response(request: Request) -> Response:
     headers = client_headers(request)
     create = ParsedRequest(parsed, body)
     background = state.background
+    meter = meter_of(request)  # None unless the caller has a rate limit
     if parsed.background and background is not None:
         if parsed.stream:
-            return event_stream_response(await background.open_stream(create, headers))
+            events = await background.open_stream(create, headers)
+            return event_stream_response(events, meter.charge if meter else None)
         return json_reply(await background.create(create, headers))
     if parsed.stream:
         events = await state.service.open_stream(create, headers)
-        return event_stream_response(events)
+        return event_stream_response(events, meter.charge if meter else None)
     response = await state.service.create(create, headers)
+    if meter is not None:
+        await meter.charge(response)
     return Response(orjson.dumps(response), media_type="application/json")
 
 

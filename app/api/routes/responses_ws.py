@@ -28,7 +28,8 @@ import orjson
 from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
-from app.api.body import parse_json_object, validate
+from app.api.body import DEFAULT_MAX_JSON_DEPTH, parse_json_object, validate
+from app.api.rate_limit import admit_turn, charge_usage
 from app.api.routes.responses import client_headers
 from app.api.state import GatewayState, gateway_state
 from app.api.ws_connection import ConnectionStore, WarmupUpstream
@@ -48,12 +49,14 @@ class _Disconnected(Exception):
     """The client went away."""
 
 
-def parse_frame(raw: str | bytes, limit: int) -> tuple[ParsedRequest, bool]:
+def parse_frame(
+    raw: str | bytes, limit: int, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+) -> tuple[ParsedRequest, bool]:
     """A ``response.create`` frame as the HTTP route's ``ParsedRequest``, and ``generate``."""
     data = raw.encode() if isinstance(raw, str) else raw
     if len(data) > limit:
         raise RequestTooLargeError(f"The request body exceeds the limit of {limit} bytes.")
-    body = parse_json_object(data)
+    body = parse_json_object(data, max_depth)
     kind = body.pop("type", None)
     if kind != "response.create":
         raise InvalidRequestError(
@@ -91,6 +94,7 @@ class ResponsesSocket:
     def __init__(self, websocket: WebSocket, state: GatewayState) -> None:
         self._websocket = websocket
         self._limit = state.settings.max_body_bytes
+        self._depth = state.settings.limits.max_json_depth
         self._headers = client_headers(websocket)
         self.store = ConnectionStore(state.store)
         self._upstream = WarmupUpstream(state.upstream)
@@ -137,7 +141,8 @@ class ResponsesSocket:
         store = self.store
         store.begin_turn()
         try:
-            request, generate = parse_frame(frame, self._limit)
+            await admit_turn(self._websocket)  # the caller's rate limits (app.api.rate_limit)
+            request, generate = parse_frame(frame, self._limit, self._depth)
             self._upstream.warmup = not generate
             events = await self._service.open_stream(request, self._headers)
         except GatewayError as exc:
@@ -151,6 +156,7 @@ class ResponsesSocket:
             final = await self._stream(events)
         finally:
             self._upstream.warmup = False
+        await charge_usage(self._websocket, final)
         if final is None or final.get("status") not in _CONTINUABLE:
             store.evict()
         elif request.params.store is False:
