@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from app.core.loop import clamp_rounds
+from app.options.egress import EgressSettings
 from app.tool_settings import (
     McpSettings,
     ToolEngineConfig,
@@ -177,6 +178,8 @@ class Settings(BaseSettings):
     hosted_tools: HostedToolPolicy = "drop"
 
     mcp: McpSettings = Field(default_factory=McpSettings)
+    # Where the gateway may connect on a client's behalf (app/options/egress.py).
+    egress: EgressSettings = Field(default_factory=EgressSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".
