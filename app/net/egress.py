@@ -56,7 +56,12 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 
 class EgressRefused(OSError):
     """A connection the policy refuses. An ``OSError``, so the HTTP clients treat it as a
-    connection that failed; ``str()`` is the reason, for the gateway's log only."""
+    connection that failed; ``str()`` (and ``strerror``, which aiohttp shows) is the reason,
+    for the gateway's log only."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.strerror = reason
 
 
 class AddressClass(enum.Enum):

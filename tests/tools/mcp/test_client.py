@@ -4,6 +4,7 @@ streamable HTTP, SSE and stdio, and @modelcontextprotocol/server-everything from
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -246,6 +247,20 @@ async def test_http_error_status(counter_url: str, path: str, status: int) -> No
     assert error["type"] == "http_error"
     assert error["code"] == status
     assert f"HTTP {status}" in error["message"]
+
+
+async def test_credentials_in_the_url_go_as_basic_authorization(counter_url: str) -> None:
+    url = counter_url.replace("http://", "http://alice:open%20sesame@")
+    async with opened(counter_spec("streamable_http", url)) as session:
+        seen = await session.call_tool("whoami", {}, timeout=TIMEOUT)
+    assert seen.output is not None
+    expected = "Basic " + base64.b64encode(b"alice:open sesame").decode()
+    assert json.loads(seen.output)["authorization"] == expected
+    # an Authorization header of the spec wins over the URL's user information
+    spec = counter_spec("streamable_http", url, headers={"Authorization": "Bearer t"})
+    async with opened(spec) as session:
+        seen = await session.call_tool("whoami", {}, timeout=TIMEOUT)
+    assert seen.output is not None and json.loads(seen.output)["authorization"] == "Bearer t"
 
 
 @contextlib.contextmanager
