@@ -238,10 +238,8 @@ class EgressPolicy:
         literal = ip_literal(host)
         found = [literal] if literal is not None else await self._resolve(host, port)
         for address in found:
-            if _judged(address) in METADATA_ADDRESSES:
-                raise EgressRefused(f"{host} resolves to {address}, a cloud metadata address")
-            reason = None if allowed else self.address_refusal(address)
-            if reason is not None:
+            reason = self.address_refusal(address)
+            if reason is not None and (not allowed or _judged(address) in METADATA_ADDRESSES):
                 raise EgressRefused(reason if literal is not None else f"{host}: {reason}")
         return found
 
