@@ -9,11 +9,11 @@ client as ``mcp_call`` items, or as ``mcp_approval_request`` items when ``requir
 says so; approved ones come back as calls to run (``approvals``).
 
 ``headers`` and ``authorization`` of a request tool go to the server and nowhere else: the
-stored response's tools do not carry them (``core.response``), and its ``server_url`` is
-stored with its credentials redacted (``ToolKindSpec.url_fields``). A request's server is
-reached through the egress policy (``McpPolicy.egress``): the URL is only checked for its form
-here; where it leads is decided when connecting, and a refusal reads like any server that
-cannot be reached. A configured server's endpoint, credentials and terms are the operator's
+stored response's tools do not carry them, and its ``server_url`` is stored with its
+credentials redacted (``core.response.without_secrets``). A request's server is reached
+through the egress policy (``McpPolicy.egress``): the URL is only checked for its form here;
+where it leads is decided when connecting, and a refusal reads like any server that cannot be
+reached. A configured server's endpoint, credentials and terms are the operator's
 (``configured``): a request may narrow its tools and ask for more approvals, nothing else.
 """
 
