@@ -197,12 +197,9 @@ def build_toolkit(
     routes the per-upstream ``hosted_tools``."""
     mcp = settings.mcp
     engines = build_tool_engines(settings, upstream=upstream, store=tool_sessions)
+    egress = settings.egress.policy()
     provider = McpToolProvider(
-        policy=McpPolicy(
-            allowed_hosts=list(mcp.allowed_hosts),
-            allow_link_local=mcp.allow_link_local,
-            connect_timeout=mcp.connect_timeout,
-        ),
+        policy=McpPolicy(egress=egress, connect_timeout=mcp.connect_timeout),
         namespaces=engines.namespaces,
         sessions=engines.sessions,
     )
@@ -219,6 +216,7 @@ def build_toolkit(
                 timeout=settings.web_search_timeout,
                 fetch_pages=settings.web_search_fetch_pages,
             ),
+            egress=egress,
         )
         resources.push_async_callback(search.aclose)
     # Always there: without a provider, web search tools are dropped, refused or forwarded

@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from app.core.limits import clamp_rounds
+from app.options.egress import EgressSettings
 from app.options.limits import LimitsSettings
 from app.tool_settings import (
     McpSettings,
@@ -180,6 +181,8 @@ class Settings(BaseSettings):
     mcp: McpSettings = Field(default_factory=McpSettings)
     # [limits]: request ceilings, the request deadline, rate limits (app.options.limits).
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    # Where the gateway may connect on a client's behalf (app/options/egress.py).
+    egress: EgressSettings = Field(default_factory=EgressSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".

@@ -56,15 +56,17 @@ def build_tool_engines(
     env = os.environ if environ is None else environ
     base_dir = Path.cwd() if base_dir is None else base_dir
     mcp = settings.mcp
+    egress = settings.egress.policy()
     pool = McpSessionPool(
         {server.label: server.to_spec(env) for server in mcp.servers},
         connect_timeout=mcp.connect_timeout,
+        egress=egress,
     )
     built = ToolEngines(namespaces={}, sessions=None, pool=pool)
     built.resources.push_async_callback(pool.aclose)
     registry = engine_registry(pool, call_timeout=settings.tool_call_timeout)
     registry.load_entry_points()
-    context = EngineContext(upstream=upstream, environ=env, base_dir=base_dir)
+    context = EngineContext(upstream=upstream, environ=env, base_dir=base_dir, egress=egress)
     if MCP_ENGINE not in settings.tool_engines:  # else the operator's [tool_engines.mcp]
         built.engines[MCP_ENGINE] = registry.create(MCP_ENGINE, MCP_ENGINE, {}, context)
     definitions = [
@@ -114,7 +116,9 @@ def engine_registry(pool: McpSessionPool, *, call_timeout: float) -> EngineRegis
     def rest(name: str, options: Mapping[str, Any], context: EngineContext) -> ToolEngine:
         own = dict(options)
         simulator = _simulator(own.pop("simulator", None), context)
-        return create_rest_engine(own, simulator=simulator, environ=context.environ)
+        return create_rest_engine(
+            own, simulator=simulator, environ=context.environ, egress=context.egress
+        )
 
     def lm(name: str, options: Mapping[str, Any], context: EngineContext) -> ToolEngine:
         return create_lm_engine(options, upstream=context.require_upstream())

@@ -80,15 +80,39 @@ class McpServerConfig(BaseModel):
         )
 
 
+# Keys of [mcp] that the one egress policy ([egress], app/options/egress.py) replaced: naming one
+# stops start-up with what to write instead.
+_MOVED_TO_EGRESS = {
+    "allowed_hosts": (
+        "[mcp] allowed_hosts was removed: every outbound connection now follows [egress]. "
+        "Public addresses are allowed by default; put MCP hosts on private addresses in "
+        "[egress] allow_hosts (set [egress] allow_public = false to allow only the listed "
+        "hosts). See README.md, 'Egress'."
+    ),
+    "allow_link_local": (
+        "[mcp] allow_link_local was removed: every outbound connection now follows [egress]. "
+        "List the link-local range in [egress] allow_networks (e.g. '169.254.0.0/16') to allow "
+        "it; cloud metadata addresses stay refused. See README.md, 'Egress'."
+    ),
+}
+
+
 class McpSettings(BaseModel):
     """MCP client settings (``[mcp]``)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    allowed_hosts: list[str] = Field(default_factory=list)
-    allow_link_local: bool = False
     connect_timeout: float = Field(default=10.0, gt=0)
     servers: list[McpServerConfig] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_keys(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            for key, advice in _MOVED_TO_EGRESS.items():
+                if key in data:
+                    raise ValueError(advice)
+        return data
 
     @model_validator(mode="after")
     def _unique_labels(self) -> Self:

@@ -179,13 +179,18 @@ async def open_clients(url: str, which: list[str]) -> Any:
     from app.core.engines import Namespace
     from app.core.tool_sessions import ToolSessions
     from app.core.tools import ToolContext, ToolRequest
+    from app.net.egress import EgressPolicy
     from app.tools.engines.multi import MultiEngine, Route
     from app.tools.mcp.client import McpSession
     from app.tools.mcp.engine import McpEngine, McpToolSet
     from app.tools.mcp.pool import McpSessionPool
     from app.tools.mcp.provider import McpToolProvider
+    from app.tools.mcp.servers import McpPolicy
     from app.tools.mcp.spec import McpServerSpec
     from app.tools.toolkit import NameTable
+
+    # The bench's server is on this machine: the egress policy allows loopback for it.
+    local = EgressPolicy.of(allow_networks=["127.0.0.0/8", "::1/128"])
 
     clients: dict[str, CallFn] = {}
     async with contextlib.AsyncExitStack() as stack:
@@ -200,7 +205,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
             clients["sdk"] = sdk_call
         if "session" in which:
             spec = McpServerSpec(label="counter", url=url, transport="streamable_http")
-            session = await McpSession.open(spec, connect_timeout=10.0)
+            session = await McpSession.open(spec, connect_timeout=10.0, egress=local)
             stack.push_async_callback(session.aclose)
 
             async def session_call() -> Any:
@@ -210,7 +215,7 @@ async def open_clients(url: str, which: list[str]) -> Any:
 
             clients["session"] = session_call
         if "executor" in which:
-            provider = McpToolProvider()
+            provider = McpToolProvider(policy=McpPolicy(egress=local))
             tool = {
                 "type": "mcp",
                 "server_label": "counter",
@@ -226,7 +231,9 @@ async def open_clients(url: str, which: list[str]) -> Any:
         if "engine" in which:
             # The same server configured by the operator: a namespace run by the mcp engine,
             # through the session runner (sessions in memory) and the multi engine.
-            pool = McpSessionPool({"counter": McpServerSpec("counter", url)}, connect_timeout=20)
+            pool = McpSessionPool(
+                {"counter": McpServerSpec("counter", url)}, connect_timeout=20, egress=local
+            )
             stack.push_async_callback(pool.aclose)
             namespace = Namespace(
                 "counter", "mcp", McpToolSet(pool, "counter", "counter", list_timeout=30)

@@ -25,10 +25,31 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from app.net.egress import EgressPolicy
+from app.options.egress import EgressSettings
+
 # The base URL of an app run by ``in_process`` (no socket: any host would do).
 IN_PROCESS_URL = "http://testserver"
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def local_egress() -> EgressSettings:
+    """``[egress]`` allowing the loopback addresses the tests' servers run on (MCP, search,
+    REST): the gateway's default refuses them, as it must. The one allow-list every test that
+    points the gateway at a local server gives its settings (``Settings(egress=...)``)."""
+    return EgressSettings(allow_networks=["127.0.0.0/8", "::1/128"])
+
+
+def local_egress_toml() -> str:
+    """``local_egress()`` as a configuration file's ``[egress]`` table (a gateway process)."""
+    networks = ", ".join(f'"{network}"' for network in local_egress().allow_networks)
+    return f"\n[egress]\nallow_networks = [{networks}]\n"
+
+
+def local_policy() -> EgressPolicy:
+    """``local_egress()``'s policy, for tests that build the tool kinds themselves."""
+    return local_egress().policy()
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -9,6 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from app.core.loop import LoopLimits
+from app.options.egress import EgressSettings
 from app.settings import Settings, load_settings
 from app.tool_settings import McpServerConfig, McpSettings
 
@@ -62,6 +63,8 @@ def test_example_config_documents_every_key() -> None:
     for name in McpSettings.model_fields:
         documented = f"{name} =" in text or f"[[mcp.{name}]]" in text
         assert documented, f"mcp.{name} is not documented in {example.name}"
+    for name in EgressSettings.model_fields:
+        assert f"{name} =" in text, f"egress.{name} is not documented in {example.name}"
     for name in McpServerConfig.model_fields:
         assert f"#   {name} " in text, f"mcp.servers {name} is not documented in {example.name}"
     assert load_settings(example) == Settings()
@@ -112,7 +115,6 @@ def test_mcp_servers_from_toml(tmp_path: Path) -> None:
             tool_max_rounds = 4
 
             [mcp]
-            allowed_hosts = ["mcp.example.com", "*.internal:8443"]
             connect_timeout = 3.5
 
             [[mcp.servers]]
@@ -138,8 +140,7 @@ def test_mcp_servers_from_toml(tmp_path: Path) -> None:
     settings = load_settings(config)
     assert settings.tool_max_rounds == 4
     mcp = settings.mcp
-    assert mcp.allowed_hosts == ["mcp.example.com", "*.internal:8443"]
-    assert (mcp.connect_timeout, mcp.allow_link_local) == (3.5, False)
+    assert mcp.connect_timeout == 3.5
     docs, legacy, files = mcp.servers
     assert (docs.require_approval, docs.allowed_tools) == ("never", ["search"])
 
@@ -162,20 +163,20 @@ def test_mcp_servers_from_toml(tmp_path: Path) -> None:
     assert files.require_approval == {"never": {"tool_names": ["read"]}}
 
 
-def test_mcp_nested_environment_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RESPGATE_MCP__ALLOWED_HOSTS", '["a.example.com", "b.example.com"]')
-    monkeypatch.setenv("RESPGATE_MCP__ALLOW_LINK_LOCAL", "true")
+def test_nested_environment_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RESPGATE_EGRESS__ALLOW_HOSTS", '["a.example.com", "b.example.com"]')
+    monkeypatch.setenv("RESPGATE_MCP__CONNECT_TIMEOUT", "3.5")
     settings = load_settings()
-    assert settings.mcp.allowed_hosts == ["a.example.com", "b.example.com"]
-    assert settings.mcp.allow_link_local is True
-    assert settings.mcp.connect_timeout == 10.0
+    assert settings.egress.allow_hosts == ["a.example.com", "b.example.com"]
+    assert settings.egress.allow_public is True
+    assert settings.mcp.connect_timeout == 3.5
 
     # the environment overrides the file key by key; the file's other keys stay
     config = tmp_path / "respgate.toml"
-    config.write_text('[mcp]\nconnect_timeout = 2.0\nallowed_hosts = ["toml.example.com"]\n')
+    config.write_text('[egress]\nresolve_timeout = 1.5\nallow_hosts = ["toml.example.com"]\n')
     settings = load_settings(config)
-    assert settings.mcp.allowed_hosts == ["a.example.com", "b.example.com"]
-    assert settings.mcp.connect_timeout == 2.0
+    assert settings.egress.allow_hosts == ["a.example.com", "b.example.com"]
+    assert settings.egress.resolve_timeout == 1.5
 
     monkeypatch.setenv(
         "RESPGATE_MCP__SERVERS", '[{"label": "env", "url": "http://127.0.0.1:9/mcp"}]'

@@ -14,6 +14,7 @@ from typing import Any
 
 from app.core.ids import new_id
 from app.core.jsoncopy import clone
+from app.core.redaction import redact_url
 from app.protocol.items import ITEM_ID_PREFIXES, fill_item
 from app.protocol.json_types import JsonObject
 
@@ -228,17 +229,31 @@ def normalize_error(error: JsonObject | None) -> JsonObject | None:
 
 def without_secrets(tools: Any, secret_fields: Callable[[str], frozenset[str]]) -> Any:
     """``tools`` without the fields ``secret_fields(type)`` names (credentials that go to the
-    tool only: never echoed, never stored); ``tools`` itself when no tool has any."""
+    tool only: never echoed, never stored), and with the credentials in any URL field
+    (``server_url``: user information, ``token=`` ...) redacted; ``tools`` itself when no tool
+    has any."""
     if not isinstance(tools, list):
         return tools
     out: list[Any] = []
     for tool in tools:
-        secret = secret_fields(str(tool.get("type"))) if isinstance(tool, dict) else None
-        if secret and not secret.isdisjoint(tool):
-            tool = {k: v for k, v in tool.items() if k not in secret}
+        if isinstance(tool, dict):
+            secret = secret_fields(str(tool.get("type")))
+            if secret and not secret.isdisjoint(tool):
+                tool = {k: v for k, v in tool.items() if k not in secret}
+            tool = _urls_redacted(tool)
         out.append(tool)
     changed = any(mine is not theirs for mine, theirs in zip(out, tools, strict=True))
     return out if changed else tools
+
+
+def _urls_redacted(tool: JsonObject) -> JsonObject:
+    redacted = {
+        key: redact_url(value)
+        for key, value in tool.items()
+        if isinstance(value, str) and value[:8].lower().startswith(("http://", "https://"))
+    }
+    changed = {k: v for k, v in redacted.items() if v != tool[k]}
+    return {**tool, **changed} if changed else tool
 
 
 def normalize_tools(tools: Any) -> list[Any]:

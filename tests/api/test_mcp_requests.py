@@ -15,7 +15,7 @@ import pytest
 from app.main import create_app
 from app.settings import Settings
 from tests.fakes import ScriptedUpstream, function_call, message
-from tests.helpers import in_process
+from tests.helpers import in_process, local_egress
 
 SECRET = "tok-very-secret-123"
 
@@ -39,7 +39,7 @@ def test_headers_and_authorization_are_never_echoed_nor_stored(
     upstream = ScriptedUpstream(
         [[function_call("mcp__counter__sum", '{"a": 1, "b": 2}')], [message("3")]]
     )
-    app = create_app(Settings(), upstream=upstream)
+    app = create_app(Settings(egress=local_egress()), upstream=upstream)
     with in_process(app) as client:
         body = {"model": "m", "input": "who am I?", "tools": [mcp_tool(counter_url)]}
         if stream:
@@ -74,7 +74,7 @@ def test_headers_and_authorization_are_never_echoed_nor_stored(
     ("tool", "param"),
     [
         (
-            {"type": "mcp", "server_label": "x", "server_url": "http://169.254.169.254/"},
+            {"type": "mcp", "server_label": "x", "server_url": "file:///etc/passwd"},
             "tools[0].server_url",
         ),
         ({"type": "mcp", "server_label": "x"}, "tools[0].server_url"),

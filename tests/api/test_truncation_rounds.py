@@ -23,7 +23,7 @@ from tests.api.tokenizing_upstreams import MODEL, TokenizerLog, scripted_count, 
 from tests.api.tokenizing_upstreams import words as many
 from tests.clients.scripted_upstream import ScriptedUpstream
 from tests.fakes import function_call, message
-from tests.helpers import in_process, openai_client, serve_in_thread
+from tests.helpers import in_process, local_egress, openai_client, serve_in_thread
 
 ECHOED = 120  # words the model asks the tool to echo: the round-2 input grows by about 240
 
@@ -65,7 +65,9 @@ def gateway(request: pytest.FixtureRequest, counter_url: str) -> Iterator[Gatewa
     log = TokenizerLog()
     app = tokenizing_app(server, log, max_model_len=listed, tokenize=True)
     with serve_in_thread(app) as url:
-        settings = Settings(upstream_url=url, upstream_context_window=configured)
+        settings = Settings(
+            upstream_url=url, upstream_context_window=configured, egress=local_egress()
+        )
         with in_process(create_app(settings)) as http:
             yield Gateway(openai_client(http), server, log)
 

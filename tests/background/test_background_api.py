@@ -23,7 +23,7 @@ from app.store.engine import create_engine_for
 from app.store.migrate import upgrade_to_head
 from app.store.sql import SqlResponseStore
 from tests.fakes import ListEventStream, ScriptedUpstream, function_call, message
-from tests.helpers import in_process, openai_client
+from tests.helpers import in_process, local_egress, openai_client
 from tests.postgres import run_in_thread, throwaway_database
 
 POLL_DEADLINE = 20.0
@@ -61,7 +61,8 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 
 def settings_for(url: str, **extra: Any) -> Settings:
-    return Settings(database_url=url, **extra)
+    """The gateway on the database at ``url``; its egress policy reaches the local MCP servers."""
+    return Settings(database_url=url, egress=local_egress(), **extra)
 
 
 def events_of(stream: Any) -> list[dict[str, Any]]:

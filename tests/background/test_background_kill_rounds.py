@@ -24,7 +24,15 @@ from app.settings import Settings
 from tests.background.test_background_api import events_of, wait_for_status
 from tests.background.test_background_kill import LEASE, killable_config, postgres_url
 from tests.fakes import function_call, message
-from tests.helpers import gateway_process, in_process, openai_client, responses_app, serve_in_thread
+from tests.helpers import (
+    gateway_process,
+    in_process,
+    local_egress,
+    local_egress_toml,
+    openai_client,
+    responses_app,
+    serve_in_thread,
+)
 
 __all__ = ["postgres_url"]  # the fixture: a throwaway PostgreSQL database (skips without one)
 
@@ -92,6 +100,7 @@ def test_a_killed_gateways_tool_loop_continues_from_its_last_round(
             }
         ]
         config = killable_config(tmp_path, upstream_url, postgres_url)
+        config.write_text(config.read_text() + local_egress_toml())  # the ledger: loopback
         with gateway_process(config) as (url, proc):
             client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-test", max_retries=0)
             queued = client.responses.create(
@@ -106,6 +115,7 @@ def test_a_killed_gateways_tool_loop_continues_from_its_last_round(
             database_url=postgres_url,
             data_dir=tmp_path / "data",
             background_lease_seconds=LEASE,
+            egress=local_egress(),
         )
         with in_process(create_app(settings)) as http:
             survivor = openai_client(http)

@@ -18,7 +18,7 @@ from app.settings import Settings
 from tests.e2e.test_chat_equivalence import Answer, Call
 from tests.e2e.test_chat_tool_loop import ScriptedChatServer
 from tests.fakes import FakeUpstream, ScriptedUpstream, function_call, message
-from tests.helpers import IN_PROCESS_URL, in_process, serve_in_thread
+from tests.helpers import IN_PROCESS_URL, in_process, local_egress, serve_in_thread
 
 MODEL = "claude-test-model"
 TOOLS: list[Any] = [
@@ -60,11 +60,14 @@ def reasoning(text: str) -> JsonObject:
 
 @pytest.fixture
 def sdk() -> Iterator[Any]:
-    """``sdk(upstream)``: an Anthropic client on a gateway in front of ``upstream``."""
+    """``sdk(upstream, settings=None)``: an Anthropic client on a gateway in front of
+    ``upstream``."""
     clients: list[Any] = []
 
-    def make(upstream: Any, **options: Any) -> anthropic.Anthropic:
-        context = in_process(create_app(Settings(), upstream=upstream))
+    def make(
+        upstream: Any, settings: Settings | None = None, **options: Any
+    ) -> anthropic.Anthropic:
+        context = in_process(create_app(settings or Settings(), upstream=upstream))
         http = context.__enter__()
         clients.append(context)
         return anthropic.Anthropic(
@@ -269,7 +272,7 @@ def test_mcp_connector_runs_on_the_gateways_mcp_executor(
     upstream = ScriptedUpstream(
         [[function_call("mcp__counter__sum", '{"a": 1, "b": 2}')], [message("It is 3.")]]
     )
-    client = sdk(upstream)
+    client = sdk(upstream, settings=Settings(egress=local_egress()))  # the server: loopback
     params: dict[str, Any] = {
         "model": MODEL,
         "max_tokens": 100,

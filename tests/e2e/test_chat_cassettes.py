@@ -22,7 +22,7 @@ from app.protocol.json_types import JsonObject
 from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
-from tests.helpers import in_process, openai_client, serve_in_thread
+from tests.helpers import in_process, local_egress, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
 
 CASSETTES = Path(__file__).resolve().parents[2] / "cassettes" / "chat"
@@ -352,7 +352,7 @@ def test_mcp_tool_loop_over_recorded_chat_traffic(counter_url: str, stream: bool
     """The recorded two-round exchange drives a real MCP server: the second recorded request
     carries the tool result the counter server really returned."""
     name = "vllm-tool-loop-sum-streaming.yaml" if stream else "vllm-tool-loop-sum.yaml"
-    with chat_gateway(name) as gateway:
+    with chat_gateway(name, egress=local_egress()) as gateway:
         client = openai_client(gateway)
         request: JsonObject = {
             "model": "Qwen/Qwen2.5-7B-Instruct",

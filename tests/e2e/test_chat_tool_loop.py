@@ -40,7 +40,13 @@ from tests.e2e.test_chat_equivalence import (
     chat_completion,
     sse_body,
 )
-from tests.helpers import in_process, openai_client, serve_in_thread, without_parsed
+from tests.helpers import (
+    in_process,
+    local_egress,
+    openai_client,
+    serve_in_thread,
+    without_parsed,
+)
 from tests.lifecycle import assert_lifecycle
 
 MODEL = "qwen3:8b"
@@ -91,7 +97,8 @@ def chat_stack(script: list[Answer]) -> Iterator[tuple[ScriptedChatServer, opena
     front of it."""
     server = ScriptedChatServer(list(script))
     with serve_in_thread(server.app()) as upstream_url:
-        app = create_app(Settings(upstream_url=upstream_url, upstream_kind="chat"))
+        settings = Settings(upstream_url=upstream_url, upstream_kind="chat", egress=local_egress())
+        app = create_app(settings)
         with in_process(app) as http:
             yield server, openai_client(http)
     assert server.script == [], "some scripted answers were never asked for"

@@ -24,7 +24,7 @@ from app.recording.cassette import load_cassette
 from app.recording.replay import create_replay_app
 from app.settings import Settings
 from tests.fakes import scripted_cassette
-from tests.helpers import in_process, openai_client, serve_in_thread
+from tests.helpers import in_process, local_egress, openai_client, serve_in_thread
 
 RECORDINGS = [
     "mcp/mcp-gateway-counter-call-sum-and-echo-Qwen-Qwen3.5-35B-A3B-FP8-streaming.yaml",
@@ -143,7 +143,7 @@ def test_recorded_mcp_exchange_is_reproduced(shared_cassettes: Path, name: str) 
     with (
         serve_recorded_counter() as mcp_url,
         serve_in_thread(create_replay_app(cassette)) as replay_url,
-        in_process(create_app(Settings(upstream_url=replay_url))) as http,
+        in_process(create_app(Settings(upstream_url=replay_url, egress=local_egress()))) as http,
     ):
         body = json.loads(json.dumps(request))
         for tool in body["tools"]:

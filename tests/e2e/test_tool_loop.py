@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from app.protocol.json_types import JsonObject
 from app.recording.cassette import Turn, sse_data_events
 from tests.e2e import tool_loop_cases as cases
 from tests.e2e.conftest import Stack, gateway_stack
-from tests.helpers import without_parsed
+from tests.helpers import local_egress, without_parsed
 from tests.lifecycle import assert_lifecycle
 
 # Ids the gateway generates: a prefix and a UUIDv7 as 32 hex digits.
@@ -35,6 +36,11 @@ _GATEWAY_ID = re.compile(r"^([a-z]+)_[0-9a-f]{32}$")
 
 def cassette(name: str) -> Path:
     return cases.CASSETTES / f"{name}.yaml"
+
+
+def mcp_gateway(path: Path, **settings: object) -> AbstractContextManager[Stack]:
+    """The recorded gateway, its egress policy allowing the local MCP servers (loopback)."""
+    return gateway_stack(path, egress=local_egress(), **settings)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -239,7 +245,7 @@ def check_multi_round(stack: Stack, final: JsonObject, *, streamed: bool) -> Non
 
 
 def test_several_rounds_streaming(counter_url: str) -> None:
-    with gateway_stack(cassette("multi-round")) as stack:
+    with mcp_gateway(cassette("multi-round")) as stack:
         tools = [cases.counter_tool(counter_url, "multi-round")]
         events, final = stream(stack.client, input=cases.PROMPTS["multi-round"], tools=tools)
         check_multi_round(stack, final, streamed=True)
@@ -267,7 +273,7 @@ def test_several_rounds_streaming(counter_url: str) -> None:
 
 
 def test_several_rounds_json(counter_url: str) -> None:
-    with gateway_stack(cassette("multi-round")) as stack:
+    with mcp_gateway(cassette("multi-round")) as stack:
         tools = [cases.counter_tool(counter_url, "multi-round")]
         final = create(stack.client, input=cases.PROMPTS["multi-round"], tools=tools)
         check_multi_round(stack, final, streamed=False)
@@ -305,7 +311,7 @@ def check_parallel(stack: Stack, final: JsonObject, *, streamed: bool) -> None:
 
 
 def test_parallel_calls_streaming(counter_url: str) -> None:
-    with gateway_stack(cassette("parallel")) as stack:
+    with mcp_gateway(cassette("parallel")) as stack:
         tools = [cases.counter_tool(counter_url, "parallel")]
         events, final = stream(stack.client, input=cases.PROMPTS["parallel"], tools=tools)
         check_parallel(stack, final, streamed=True)
@@ -321,7 +327,7 @@ def test_parallel_calls_streaming(counter_url: str) -> None:
 
 
 def test_parallel_calls_json(counter_url: str) -> None:
-    with gateway_stack(cassette("parallel")) as stack:
+    with mcp_gateway(cassette("parallel")) as stack:
         tools = [cases.counter_tool(counter_url, "parallel")]
         final = create(stack.client, input=cases.PROMPTS["parallel"], tools=tools)
         check_parallel(stack, final, streamed=False)
@@ -329,7 +335,7 @@ def test_parallel_calls_json(counter_url: str) -> None:
 
 def test_parallel_calls_over_sse_transport(counter_sse_url: str) -> None:
     assert counter_sse_url.endswith("/sse")
-    with gateway_stack(cassette("parallel")) as stack:
+    with mcp_gateway(cassette("parallel")) as stack:
         tools = [cases.counter_tool(counter_sse_url, "parallel")]
         _, final = stream(stack.client, input=cases.PROMPTS["parallel"], tools=tools)
         check_parallel(stack, final, streamed=True)
@@ -339,7 +345,7 @@ def test_parallel_calls_over_sse_transport(counter_sse_url: str) -> None:
 
 
 def test_failing_tool_is_data_for_the_model(counter_url: str) -> None:
-    with gateway_stack(cassette("failing-tool")) as stack:
+    with mcp_gateway(cassette("failing-tool")) as stack:
         tools = [cases.counter_tool(counter_url, "failing-tool")]
         events, final = stream(stack.client, input=cases.PROMPTS["failing-tool"], tools=tools)
         output = final["output"]
@@ -361,7 +367,7 @@ def test_failing_tool_is_data_for_the_model(counter_url: str) -> None:
 
 
 def test_slow_tool_hits_the_call_timeout(counter_url: str) -> None:
-    with gateway_stack(cassette("timeout"), tool_call_timeout=cases.TIMEOUT_SECONDS) as stack:
+    with mcp_gateway(cassette("timeout"), tool_call_timeout=cases.TIMEOUT_SECONDS) as stack:
         tools = [cases.counter_tool(counter_url, "timeout")]
         events, final = stream(stack.client, input=cases.PROMPTS["timeout"], tools=tools)
         output = final["output"]
@@ -380,7 +386,7 @@ def test_slow_tool_hits_the_call_timeout(counter_url: str) -> None:
 
 @both_modes
 def test_round_cap_ends_incomplete(counter_url: str, streamed: bool) -> None:
-    with gateway_stack(cassette("round-cap"), tool_max_rounds=cases.MAX_ROUNDS) as stack:
+    with mcp_gateway(cassette("round-cap"), tool_max_rounds=cases.MAX_ROUNDS) as stack:
         tools = [cases.counter_tool(counter_url, "round-cap")]
         events, final = respond(
             stack.client, streamed, input=cases.PROMPTS["round-cap"], tools=tools
@@ -401,7 +407,7 @@ def test_round_cap_ends_incomplete(counter_url: str, streamed: bool) -> None:
 
 
 def test_max_tool_calls_leaves_further_calls_unrun(counter_url: str) -> None:
-    with gateway_stack(cassette("max-tool-calls")) as stack:
+    with mcp_gateway(cassette("max-tool-calls")) as stack:
         tools = [cases.counter_tool(counter_url, "max-tool-calls")]
         _, final = stream(
             stack.client, input=cases.PROMPTS["max-tool-calls"], tools=tools, max_tool_calls=1
@@ -432,7 +438,7 @@ def test_max_tool_calls_leaves_further_calls_unrun(counter_url: str) -> None:
 
 @both_modes
 def test_mixed_round_returns_the_client_call(counter_url: str, streamed: bool) -> None:
-    with gateway_stack(cassette("mixed-round")) as stack:
+    with mcp_gateway(cassette("mixed-round")) as stack:
         tools = [cases.counter_tool(counter_url, "mixed-round"), cases.GET_WEATHER]
         _, first = respond(stack.client, streamed, input=cases.PROMPTS["mixed-round"], tools=tools)
         output = first["output"]
@@ -529,7 +535,7 @@ def answer_approval(
 @both_modes
 def test_approval_approved_runs_the_call_first(counter_url: str, streamed: bool) -> None:
     scenario = "approval-approve"
-    with gateway_stack(cassette(scenario)) as stack:
+    with mcp_gateway(cassette(scenario)) as stack:
         first = approval_request(stack.client, counter_url, scenario, streamed)
         request = first["output"][2]
         events, second = answer_approval(stack, counter_url, scenario, first, streamed, True)
@@ -561,7 +567,7 @@ def test_approval_approved_runs_the_call_first(counter_url: str, streamed: bool)
 @both_modes
 def test_approval_declined_tells_the_model(counter_url: str, streamed: bool) -> None:
     scenario = "approval-decline"
-    with gateway_stack(cassette(scenario)) as stack:
+    with mcp_gateway(cassette(scenario)) as stack:
         first = approval_request(stack.client, counter_url, scenario, streamed)
         request = first["output"][2]
         _, second = answer_approval(
@@ -581,7 +587,7 @@ def test_approval_declined_tells_the_model(counter_url: str, streamed: bool) -> 
 def test_continuation_sends_lowered_history_and_does_not_relist(
     counter_url: str, streamed: bool
 ) -> None:
-    with gateway_stack(cassette("continuation")) as stack:
+    with mcp_gateway(cassette("continuation")) as stack:
         tools = [cases.counter_tool(counter_url, "continuation")]
         _, first = respond(stack.client, streamed, input=cases.PROMPTS["continuation"], tools=tools)
         assert types(first["output"]) == [
@@ -634,7 +640,7 @@ def test_forced_tool_choice_applies_to_the_first_round_only(
     counter_url: str, scenario: str
 ) -> None:
     choice, upstream_choice = cases.TOOL_CHOICES[scenario]
-    with gateway_stack(cassette(scenario)) as stack:
+    with mcp_gateway(cassette(scenario)) as stack:
         tools = [cases.counter_tool(counter_url, scenario)]
         _, final = stream(
             stack.client, input=cases.PROMPTS[scenario], tools=tools, tool_choice=choice
@@ -651,7 +657,7 @@ def test_forced_tool_choice_applies_to_the_first_round_only(
 
 
 def test_server_everything_lists_and_echoes(everything_url: str) -> None:
-    with gateway_stack(cassette("everything-echo")) as stack:
+    with mcp_gateway(cassette("everything-echo")) as stack:
         tools = [cases.everything_tool(everything_url)]
         _, final = stream(stack.client, input=cases.PROMPTS["everything-echo"], tools=tools)
         output = final["output"]
@@ -679,7 +685,7 @@ def test_server_everything_lists_and_echoes(everything_url: str) -> None:
 
 
 def test_mcp_headers_reach_the_server_and_are_not_stored(counter_url: str) -> None:
-    with gateway_stack(cassette("mcp-headers")) as stack:
+    with mcp_gateway(cassette("mcp-headers")) as stack:
         tool = cases.counter_tool(
             counter_url,
             "mcp-headers",

@@ -17,11 +17,13 @@ from app.tools.file_search.provider import FileSearchToolProvider
 from app.tools.mcp.errors import outcome_error_kind
 from app.tools.mcp.executor import McpToolExecutor
 from app.tools.mcp.provider import McpToolProvider
+from app.tools.mcp.servers import McpPolicy
 from app.tools.toolkit import GatewayToolKit
 from app.tools.web_search.executor import WebSearchExecutor, WebSearchOptions
 from app.tools.web_search.provider import WebSearchToolProvider
 from app.tools.web_search.results import SearchError
 from tests.fakes import MemoryResponseStore, ScriptedUpstream, function_call, message
+from tests.helpers import local_policy
 from tests.tools.file_search.test_provider import RecordingSearch
 from tests.tools.web_search.fakes import FakeSearch
 
@@ -64,7 +66,7 @@ async def test_mcp_calls_against_a_real_server(counter_url: str) -> None:
         "require_approval": "never",
     }
     outcomes = await events_of(
-        McpToolProvider(),
+        McpToolProvider(policy=McpPolicy(egress=local_policy())),
         [tool],
         [
             ("mcp__counter__sum", '{"a": 1, "b": 2}'),

@@ -11,6 +11,7 @@ from app.core.engines import Namespace
 from app.core.tool_sessions import ToolSessions
 from app.core.tools import GatewayCall, PreparedTools
 from app.errors import InvalidRequestError
+from app.net.egress import EgressPolicy
 from app.protocol.json_types import JsonObject
 from app.tools.engines.multi import MultiEngine, Route
 from app.tools.file_search.provider import FileSearchToolProvider
@@ -23,8 +24,11 @@ from app.tools.mcp.servers import McpPolicy, approval_required
 from app.tools.mcp.spec import McpServerSpec
 from app.tools.toolkit import MAX_NAME_LENGTH, GatewayToolKit, NameTable
 from app.tools.web_search.provider import WebSearchToolProvider
-from tests.helpers import free_port
+from tests.helpers import free_port, local_policy
 from tests.mcp_servers.counter import stdio_command
+
+# The counter server runs on 127.0.0.1: the egress policy's loopback allow-list reaches it.
+LOCAL = McpPolicy(egress=local_policy())
 
 
 def mcp_tool(url: str, **extra: Any) -> JsonObject:
@@ -38,7 +42,7 @@ def mcp_tool(url: str, **extra: Any) -> JsonObject:
 
 
 async def prepare(body: JsonObject, history: list[JsonObject] | None = None) -> PreparedTools:
-    kit = GatewayToolKit([McpToolProvider()])
+    kit = GatewayToolKit([McpToolProvider(policy=LOCAL)])
     prepared = await kit.prepare(body, history or [], [])
     await prepared.aclose()
     return prepared
@@ -154,7 +158,7 @@ async def test_tool_choice_of_an_unknown_mcp_tool_is_a_400(counter_url: str) -> 
 async def test_an_invented_name_in_the_mcp_namespace_answers_with_an_error(
     counter_url: str,
 ) -> None:
-    kit = GatewayToolKit([McpToolProvider()])
+    kit = GatewayToolKit([McpToolProvider(policy=LOCAL)])
     prepared = await kit.prepare({"tools": [mcp_tool(counter_url, allowed_tools=["sum"])]}, [], [])
     try:
         assert "mcp__counter__echo" in prepared.executors  # served, but not allowed
@@ -194,22 +198,39 @@ async def test_a_continuation_reuses_the_listing_in_its_history(counter_url: str
 @pytest.mark.parametrize(
     ("url", "policy"),
     [
-        ("http://169.254.169.254/mcp", McpPolicy()),
-        ("http://[fe80::1]/mcp", McpPolicy()),
-        ("http://metadata.google.internal/mcp", McpPolicy()),
-        ("http://127.0.0.1:1/mcp", McpPolicy(allowed_hosts=["mcp.example.com"])),
-        ("file:///etc/passwd", McpPolicy()),
+        ("http://169.254.169.254/mcp", LOCAL),
+        ("http://[fe80::1]/mcp", LOCAL),
+        ("http://metadata.google.internal/mcp", LOCAL),
+        ("http://127.0.0.1:1/mcp", McpPolicy()),
+        ("http://10.1.2.3:5432/mcp", McpPolicy()),
     ],
 )
-async def test_server_urls_are_checked_against_the_policy(url: str, policy: McpPolicy) -> None:
+async def test_refused_server_urls_fail_like_unreachable_ones(url: str, policy: McpPolicy) -> None:
+    """Where a server_url leads is the egress policy's call when connecting: a refused one
+    fails its listing with the message of a server that cannot be reached, no 400 that would
+    tell an address the policy refuses from a port that is closed."""
     kit = GatewayToolKit([McpToolProvider(policy=policy)])
+    prepared = await kit.prepare({"tools": [mcp_tool(url)]}, [], [])
+    await prepared.aclose()
+    [prelude] = prepared.prelude
+    assert prelude.item["error"] == (
+        "Error retrieving tool list from MCP server: cannot connect to MCP server counter"
+    )
+    assert prepared.upstream_tools == []
+
+
+@pytest.mark.parametrize(
+    "url", ["file:///etc/passwd", "ftp://example.com/mcp", "http:///mcp", "http://a:99999/"]
+)
+async def test_server_urls_that_are_no_http_urls_are_400s(url: str) -> None:
+    kit = GatewayToolKit([McpToolProvider(policy=LOCAL)])
     with pytest.raises(InvalidRequestError) as info:
         await kit.prepare({"tools": [mcp_tool(url)]}, [], [])
     assert info.value.param == "tools[0].server_url"
 
 
 async def test_missing_label_or_url_and_duplicate_labels_are_400s(counter_url: str) -> None:
-    kit = GatewayToolKit([McpToolProvider()])
+    kit = GatewayToolKit([McpToolProvider(policy=LOCAL)])
     for tools, param in [
         ([{"type": "mcp", "server_url": counter_url}], "tools[0].server_label"),
         ([{"type": "mcp", "server_label": "elsewhere"}], "tools[0].server_url"),
@@ -226,7 +247,8 @@ async def test_configured_servers_are_used_by_label_over_http_and_stdio(counter_
         "docs": McpServerSpec(label="docs", url=counter_url),
         "local": McpServerSpec(label="local", transport="stdio", command=argv, env=env),
     }
-    pool = McpSessionPool(specs, connect_timeout=20)
+    # The operator's servers: trusted for their own host:port under the default policy.
+    pool = McpSessionPool(specs, connect_timeout=20, egress=EgressPolicy())
     namespaces = {
         label: Namespace(
             label,
@@ -267,7 +289,7 @@ async def test_configured_servers_are_used_by_label_over_http_and_stdio(counter_
 
 async def test_headers_and_authorization_reach_the_server(counter_url: str) -> None:
     tool = mcp_tool(counter_url, headers={"X-Test": "abc"}, authorization="tok123")
-    kit = GatewayToolKit([McpToolProvider()])
+    kit = GatewayToolKit([McpToolProvider(policy=LOCAL)])
     prepared = await kit.prepare({"tools": [tool]}, [], [])
     try:
         call = GatewayCall("mcp_1", "c1", "mcp__counter__whoami", "", 0)

@@ -10,7 +10,9 @@ be taken over by an entry point.
 A factory is called as ``factory(name, options, context)`` and returns a
 ``core.engines.ToolEngine``. The ``EngineContext`` holds what a factory may need: the kernel's
 ``Upstream`` port (for engines that ask a model), the environment (secrets), the directory
-relative paths start from, and the engines defined before this one (``context.engine(name)``:
+relative paths start from, the egress policy (``app.net.egress``: where an engine may connect;
+an engine trusts the destinations its own configuration names with ``egress.trusting``), and
+the engines defined before this one (``context.engine(name)``:
 a ``rest`` engine names the engine that simulates it). Every failure is an
 ``EngineConfigError`` naming the engine and its kind.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 from app.core.engines import ToolEngine
 from app.core.ports import Upstream
+from app.net.egress import EgressPolicy
 from app.plugins import TOOL_ENGINES_GROUP, Plugin, PluginError, entry_points_of
 
 logger = logging.getLogger(__name__)
@@ -47,6 +50,7 @@ class EngineContext:
     environ: Mapping[str, str] = field(default_factory=lambda: os.environ)
     base_dir: Path = field(default_factory=Path.cwd)
     engines: Mapping[str, ToolEngine] = field(default_factory=dict)
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
 
     def engine(self, name: str) -> ToolEngine:
         """The engine ``name``, defined before the one being built."""

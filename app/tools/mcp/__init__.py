@@ -12,7 +12,8 @@ The tool (the ``core.tools`` / ``tools.toolkit`` side):
 
 The client, on the official ``mcp`` SDK (transports kept apart from the session):
 - ``spec``: ``McpServerSpec``, where and how to reach a server (no SDK import);
-- ``transport``: the SDK transport for a spec (stdio, SSE, streamable HTTP on httpx2);
+- ``transport``: the SDK transport for a spec (stdio, SSE, streamable HTTP on httpx2, every
+  connection through the egress policy);
 - ``client``: ``McpSession``, one connected server usable from any task;
 - ``pool``: ``McpSessionPool``, the configured servers' long-lived sessions;
 - ``errors``: ``McpError`` (OpenAI ``McpToolCallError`` objects) and the SDK failure mapping;

@@ -9,9 +9,14 @@ and exits the client again. Requests from any task go through the entered sessio
 supports concurrent requests. A call also watches that task, so a server that dies (or a close)
 while a call is in flight ends the call with an error instead of leaving it hanging.
 
-The transport is chosen and built in ``transport``; failures are ``errors.McpError`` (OpenAI
-``McpToolCallError`` objects); a call's result is an ``outcomes.McpCallOutcome``; the
-operator's servers are kept open in ``pool.McpSessionPool``.
+The transport is chosen and built in ``transport``, on the egress policy a session is opened
+with; failures are ``errors.McpError`` (OpenAI ``McpToolCallError`` objects); a call's result is
+an ``outcomes.McpCallOutcome``; the operator's servers are kept open in ``pool.McpSessionPool``.
+
+A session that cannot be opened (the egress policy refused the address, the port is closed,
+the name does not resolve, the server did not complete the handshake in time) fails with one
+message for all (``errors.unreachable``), so a client cannot probe the network through it; the
+reason is in the gateway's log.
 """
 
 from __future__ import annotations
@@ -26,16 +31,19 @@ import mcp_types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from app.core.redaction import redact_text
+from app.net.egress import EgressPolicy
 from app.protocol.json_types import JsonObject
 from app.tools.mcp.errors import (
     CONNECTION_FAILED,
     HTTP_STATUS,
-    TIMED_OUT,
     HttpStatusBox,
     McpError,
+    describe_failure,
     error_from_exception,
     http_error,
     timed_out,
+    unreachable,
 )
 from app.tools.mcp.outcomes import McpCallOutcome, McpToolInfo, outcome_from_result
 from app.tools.mcp.spec import McpServerSpec
@@ -60,9 +68,10 @@ _CANCEL_GRACE = 2.0
 class McpSession:
     """One connected MCP server, usable from any task; see the module docstring."""
 
-    def __init__(self, spec: McpServerSpec) -> None:
-        """Use ``await McpSession.open(spec, connect_timeout=...)``."""
+    def __init__(self, spec: McpServerSpec, egress: EgressPolicy) -> None:
+        """Use ``await McpSession.open(spec, connect_timeout=..., egress=...)``."""
         self.spec = spec
+        self.egress = egress
         self._client: Client | None = None
         self._ready = asyncio.Event()
         self._close_requested = asyncio.Event()
@@ -72,9 +81,11 @@ class McpSession:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, spec: McpServerSpec, *, connect_timeout: float) -> McpSession:
-        """Connect and complete the MCP handshake; raises McpError."""
-        session = cls(spec)
+    async def open(
+        cls, spec: McpServerSpec, *, connect_timeout: float, egress: EgressPolicy
+    ) -> McpSession:
+        """Connect (where ``egress`` allows) and complete the MCP handshake; raises McpError."""
+        session = cls(spec, egress)
         await session._start(connect_timeout)
         return session
 
@@ -97,11 +108,14 @@ class McpSession:
             async with asyncio.timeout(connect_timeout):
                 await asyncio.wait({ready, task}, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
+            logger.warning(
+                "connecting to MCP server %s timed out after %gs",
+                self.spec.label,
+                connect_timeout,
+                extra=self._log_fields,
+            )
             await self.aclose()
-            raise McpError.protocol(
-                TIMED_OUT,
-                f"connecting to MCP server {self.spec.label} timed out after {connect_timeout:g}s",
-            ) from None
+            raise unreachable(self.spec.label) from None
         except BaseException:
             await self.aclose()
             raise
@@ -119,7 +133,7 @@ class McpSession:
         HTTP_STATUS.set(box)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                transport, resources = sdk_transport(self.spec, connect_timeout)
+                transport, resources = sdk_transport(self.spec, connect_timeout, self.egress)
                 for resource in resources:
                     await stack.enter_async_context(resource)
                 client = Client(transport, mode=_CONNECT_MODE, cache=None, client_info=_CLIENT_INFO)
@@ -142,9 +156,10 @@ class McpSession:
             level = logging.DEBUG if self._close_requested.is_set() else logging.WARNING
             logger.log(
                 level,
-                "MCP session to %s ended: %s",
+                "MCP session to %s ended: %s (%s)",
                 self.spec.label,
                 self._failure,
+                redact_text(describe_failure(exc)),
                 extra=self._log_fields,
             )
         finally:
@@ -284,9 +299,12 @@ async def _cancel_and_wait(task: asyncio.Task[Any]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def open_session(spec: McpServerSpec, *, connect_timeout: float) -> AsyncIterator[McpSession]:
-    """``async with open_session(spec, connect_timeout=...) as session``: open, then close."""
-    session = await McpSession.open(spec, connect_timeout=connect_timeout)
+async def open_session(
+    spec: McpServerSpec, *, connect_timeout: float, egress: EgressPolicy
+) -> AsyncIterator[McpSession]:
+    """``async with open_session(spec, connect_timeout=..., egress=...) as session``: open,
+    then close."""
+    session = await McpSession.open(spec, connect_timeout=connect_timeout, egress=egress)
     try:
         yield session
     finally:

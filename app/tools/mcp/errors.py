@@ -6,6 +6,10 @@ whatever the SDK raised onto them.
 (-32000) and timeouts (-32001); ``mcp_tool_execution_error`` (a result with ``isError``) is
 an outcome, not an exception (``outcomes``).
 
+A connection that could not be made says only that (``unreachable``): whether the egress policy
+refused the address, the port was closed, the connection timed out or the name did not resolve
+is for the gateway's log, never for the client (who could otherwise map the network).
+
 The streamable HTTP transport turns an HTTP error status into a synthesized JSON-RPC error
 without the status. A response hook on the httpx2 client (``transport``) records the status of
 a failed POST into the ``HttpStatusBox`` of the operation that sent it: the SDK runs each
@@ -17,11 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import socket
 from dataclasses import dataclass
 
 import httpx2
 from mcp.shared.exceptions import MCPError
 
+from app.net.egress import EgressRefused
 from app.protocol.json_types import JsonObject
 
 CONNECTION_FAILED = -32000
@@ -81,6 +87,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def describe_failure(exc: BaseException) -> str:
+    """Every leaf of ``exc`` described, for the gateway's log."""
+    return "; ".join(_describe(leaf) for leaf in _leaf_exceptions(exc))
+
+
+# Failures to open a connection: they answer with one message, whatever the reason.
+_CONNECT_FAILURES = (
+    httpx2.ConnectError,
+    httpx2.ConnectTimeout,
+    EgressRefused,
+    ConnectionError,
+    socket.gaierror,
+)
+
+
+def unreachable(label: str) -> McpError:
+    """The one answer for a connection that could not be made (see the module docstring)."""
+    return McpError.protocol(CONNECTION_FAILED, f"cannot connect to MCP server {label}")
+
+
 def error_from_exception(
     exc: BaseException, *, label: str, what: str, box: HttpStatusBox | None
 ) -> McpError:
@@ -101,6 +127,8 @@ def error_from_exception(
             )
     if box is not None and box.status is not None:
         return http_error(label, box.status, box.reason, leaves)
+    if any(isinstance(leaf, _CONNECT_FAILURES) for leaf in leaves):
+        return unreachable(label)
     for leaf in leaves:
         if isinstance(leaf, MCPError):
             return McpError.protocol(leaf.code, leaf.message)

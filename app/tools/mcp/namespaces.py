@@ -49,7 +49,9 @@ class NamespaceServer:
         if ceiling is None:
             self.allowed_tools = allowed
         else:
-            self.allowed_tools = [t for t in (allowed or ceiling) if t in ceiling]
+            # None: the ceiling itself; a list (even an empty one) narrows it
+            wanted = ceiling if allowed is None else allowed
+            self.allowed_tools = [t for t in wanted if t in ceiling]
         self._request_approval = require_approval
         self.tools: dict[str, McpToolInfo] = {}
         self.specs: dict[str, ToolSpec] = {}

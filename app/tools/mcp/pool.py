@@ -1,10 +1,16 @@
-"""``McpSessionPool``: long-lived sessions to the MCP servers the operator configured."""
+"""``McpSessionPool``: long-lived sessions to the MCP servers the operator configured.
+
+Each server's connections follow the egress policy trusting the exact host:port the operator
+wrote for it (``EgressPolicy.trusting``): its address is resolved and pinned like any other,
+and a redirect elsewhere is judged by the policy.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
 
+from app.net.egress import EgressPolicy
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.errors import CONNECTION_FAILED, McpError
 from app.tools.mcp.spec import McpServerSpec
@@ -17,9 +23,16 @@ class McpSessionPool:
     on next use once closed, dead or discarded.
     """
 
-    def __init__(self, specs: Mapping[str, McpServerSpec], *, connect_timeout: float) -> None:
+    def __init__(
+        self,
+        specs: Mapping[str, McpServerSpec],
+        *,
+        connect_timeout: float,
+        egress: EgressPolicy,
+    ) -> None:
         self._specs = dict(specs)
         self._connect_timeout = connect_timeout
+        self._egress = {label: egress.trusting(spec.url) for label, spec in self._specs.items()}
         self._sessions: dict[str, McpSession] = {}
         self._locks: dict[str, asyncio.Lock] = {label: asyncio.Lock() for label in self._specs}
         self._closed = False
@@ -42,7 +55,9 @@ class McpSessionPool:
             if current is not None:
                 del self._sessions[label]
                 await current.aclose()
-            fresh = await McpSession.open(spec, connect_timeout=self._connect_timeout)
+            fresh = await McpSession.open(
+                spec, connect_timeout=self._connect_timeout, egress=self._egress[label]
+            )
             if self._closed:  # the pool closed while this session was opening
                 await fresh.aclose()
                 raise McpError.protocol(CONNECTION_FAILED, "the MCP session pool is closed")

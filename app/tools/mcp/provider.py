@@ -9,7 +9,12 @@ client as ``mcp_call`` items, or as ``mcp_approval_request`` items when ``requir
 says so; approved ones come back as calls to run (``approvals``).
 
 ``headers`` and ``authorization`` of a request tool go to the server and nowhere else: the
-stored response's tools do not carry them (``core.response``).
+stored response's tools do not carry them, and its ``server_url`` is stored with its
+credentials redacted (``core.response.without_secrets``). A request's server is reached
+through the egress policy (``McpPolicy.egress``): the URL is only checked for its form here;
+where it leads is decided when connecting, and a refusal reads like any server that cannot be
+reached. A configured server's endpoint, credentials and terms are the operator's
+(``configured``): a request may narrow its tools and ask for more approvals, nothing else.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.core.engines import Namespace, ToolSpec
+from app.core.redaction import redact_url
 from app.core.tool_sessions import ToolSessions
 from app.core.tools import ProviderTools, ToolExecutor, ToolKindSpec, ToolNames, ToolRequest
 from app.errors import InvalidRequestError
+from app.net.egress import url_problem
 from app.protocol.json_types import JsonObject
 from app.tools.mcp.approvals import approved_calls
 from app.tools.mcp.executor import ITEM_KINDS, NAMESPACE, McpToolExecutor
@@ -172,9 +179,9 @@ class McpToolProvider:
         )
 
     async def _server_for(self, index: int, tool: JsonObject) -> RequestServer | NamespaceServer:
-        """The server of the request's ``tools[index]``: a configured one named by its label,
-        or the tool's ``server_url`` (checked against the policy) with its headers and
-        authorization. Raises ``InvalidRequestError`` naming the field at fault."""
+        """The server of the request's ``tools[index]``: a configured one named by its label
+        (``configured``), or the tool's ``server_url`` with its headers and authorization.
+        Raises ``InvalidRequestError`` naming the field at fault."""
         label = tool.get("server_label")
         if not isinstance(label, str) or not label:
             raise InvalidRequestError(
@@ -185,10 +192,8 @@ class McpToolProvider:
         allowed = _allowed_names(tool.get("allowed_tools"))
         url = tool.get("server_url")
         namespace = self.namespaces.get(label)
-        if url is None and tool.get("connector_id") is None and namespace is not None:
-            return NamespaceServer(
-                namespace, allowed=allowed, require_approval=tool.get("require_approval")
-            )
+        if namespace is not None:
+            return configured(index, tool, namespace, allowed)
         if not isinstance(url, str) or not url:
             raise InvalidRequestError(
                 f"MCP server '{label}' needs a 'server_url' (no server with this label is "
@@ -196,10 +201,12 @@ class McpToolProvider:
                 param=f"tools[{index}].server_url",
                 code="missing_required_parameter",
             )
-        reason = await self.policy.egress().refusal(url)
-        if reason is not None:
+        # Only what the URL says is checked here: where it leads is the egress policy's call
+        # when connecting, answered like any server that cannot be reached.
+        problem = url_problem(url)
+        if problem is not None:
             raise InvalidRequestError(
-                f"MCP server_url '{url}' is not allowed: {reason}",
+                f"MCP server_url '{redact_url(url)}' is not valid: {problem}",
                 param=f"tools[{index}].server_url",
                 code="invalid_value",
             )
@@ -217,7 +224,7 @@ class McpToolProvider:
             require_approval=tool.get("require_approval", "always"),
             description=tool.get("server_description"),
         )
-        return RequestServer(label, terms, spec=spec, connect_timeout=self.policy.connect_timeout)
+        return RequestServer(label, terms, spec=spec, policy=self.policy)
 
     # ------------------------------------------------------------------ toolkit hooks
 
@@ -275,3 +282,30 @@ def _allowed_names(value: Any) -> list[str] | None:
     if isinstance(value, dict) and isinstance(value.get("tool_names"), list):
         return [str(v) for v in value["tool_names"]]
     return None
+
+
+def configured(
+    index: int, tool: JsonObject, namespace: Namespace, allowed: list[str] | None
+) -> NamespaceServer:
+    """A configured server (or tool set) named by a request's ``tools[index]``: the operator's
+    endpoint, credentials and terms are a ceiling the request may only narrow, so the tool may
+    not name an endpoint nor credentials of its own (400 naming the field)."""
+    label = namespace.name
+    if tool.get("server_url") is not None:
+        raise InvalidRequestError(
+            f"MCP server '{label}' is configured on the gateway: name it by server_label "
+            "alone, without server_url (or give your own server another server_label).",
+            param=f"tools[{index}].server_url",
+            code="invalid_value",
+        )
+    for field in ("headers", "authorization"):
+        if tool.get(field):
+            raise InvalidRequestError(
+                f"MCP server '{label}' is configured on the gateway with the operator's "
+                f"credentials: a request cannot set its {field}.",
+                param=f"tools[{index}].{field}",
+                code="invalid_value",
+            )
+    return NamespaceServer(
+        namespace, allowed=allowed, require_approval=tool.get("require_approval")
+    )

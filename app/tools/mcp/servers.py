@@ -1,8 +1,9 @@
 """The MCP servers a request may reach, and how it reaches them.
 
-``McpPolicy`` holds the rules for a request's own ``server_url`` (the egress policy, the
-timeouts). A ``RequestServer`` is one such server of one request: its session (opened once,
-lazily), the tools it may use and its ``require_approval`` policy (``approval_required``).
+``McpPolicy`` holds the rules for a request's own ``server_url`` (the egress policy its
+connections follow, the timeouts). A ``RequestServer`` is one such server of one request: its
+session (opened once, lazily), the tools it may use and its ``require_approval`` policy
+(``approval_required``).
 Servers the operator configured are tool sets (``engine``, ``namespaces``).
 """
 
@@ -12,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from app.net.egress import METADATA_AND_LINK_LOCAL, EgressPolicy
+from app.net.egress import EgressPolicy
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.outcomes import McpToolInfo
 from app.tools.mcp.spec import McpServerSpec
@@ -20,22 +21,12 @@ from app.tools.mcp.spec import McpServerSpec
 
 @dataclass(slots=True)
 class McpPolicy:
-    allowed_hosts: list[str] = field(default_factory=list)
-    allow_link_local: bool = False
+    """Where a request's ``server_url`` may connect (``egress``: the gateway's one policy,
+    public addresses only unless ``[egress]`` allows more) and how long it may take."""
+
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
     connect_timeout: float = 10.0
     list_timeout: float = 30.0
-
-    def egress(self) -> EgressPolicy:
-        """Where a request's ``server_url`` may point: ``allowed_hosts`` when set; never
-        at a cloud metadata service or a link-local address unless ``allow_link_local``;
-        loopback and private addresses are allowed (users run MCP servers beside the gateway);
-        a name that does not resolve is let through (connecting fails as a tool error)."""
-        return EgressPolicy(
-            allowed_hosts=tuple(self.allowed_hosts),
-            refused=frozenset() if self.allow_link_local else METADATA_AND_LINK_LOCAL,
-            allow_unresolved=True,
-            purpose="MCP",
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +55,14 @@ class RequestServer:
     lazily, closed with the request) and its policy."""
 
     def __init__(
-        self, label: str, terms: ServerTerms, *, spec: McpServerSpec, connect_timeout: float
+        self, label: str, terms: ServerTerms, *, spec: McpServerSpec, policy: McpPolicy
     ) -> None:
         self.label = label
         self.description = terms.description
         self._spec = spec
         self.allowed_tools = terms.allowed_tools
         self.require_approval = terms.require_approval
-        self._connect_timeout = connect_timeout
+        self._policy = policy
         self._session: McpSession | None = None
         self._lock = asyncio.Lock()
         self.tools: dict[str, McpToolInfo] = {}
@@ -80,7 +71,9 @@ class RequestServer:
         async with self._lock:
             if self._session is None or self._session.closed:
                 self._session = await McpSession.open(
-                    self._spec, connect_timeout=self._connect_timeout
+                    self._spec,
+                    connect_timeout=self._policy.connect_timeout,
+                    egress=self._policy.egress,
                 )
             return self._session
 

@@ -1,14 +1,21 @@
 """The SDK transport for one ``McpServerSpec``: stdio, SSE or streamable HTTP.
 
 The HTTP transports run on httpx2 clients made here: on one TLS context shared by the process,
-with the response hook that records a failed POST's HTTP status (``errors.HttpStatusBox``).
+with the response hook that records a failed POST's HTTP status (``errors.HttpStatusBox``), and
+on the egress policy's transport (``app.net.egress_httpx``): every connection, a redirect's
+included, goes to an address the policy checked. Credentials in the URL's user information
+(``https://user:pass@host/mcp``) are sent as a Basic ``Authorization`` header (unless the spec
+has one) and never given to the SDK in the URL; the loggers of httpx2 and the SDK's HTTP
+transports redact URL credentials (``app.net.redact``).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import ssl
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import certifi
 import httpx2
@@ -19,6 +26,9 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
+from app.core.redaction import redact_logs
+from app.net.egress import EgressPolicy
+from app.net.egress_httpx import egress_transport
 from app.tools.mcp.errors import CONNECTION_FAILED, HTTP_STATUS, McpError
 from app.tools.mcp.spec import McpServerSpec
 
@@ -46,36 +56,44 @@ def _tls_context() -> ssl.SSLContext:
 
 
 def _new_http_client(
+    egress: EgressPolicy,
     headers: dict[str, str] | None = None,
     timeout: httpx2.Timeout | None = None,
     auth: httpx2.Auth | None = None,
 ) -> httpx2.AsyncClient:
-    """``create_mcp_http_client``'s client (same defaults), on the shared TLS context, with
-    the hook that records HTTP failure statuses."""
+    """``create_mcp_http_client``'s client (same defaults), on the shared TLS context and the
+    egress policy's transport, with the hook that records HTTP failure statuses."""
     if timeout is None:
         timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
-    client = httpx2.AsyncClient(headers=headers, timeout=timeout, auth=auth, verify=_tls_context())
+    client = httpx2.AsyncClient(
+        headers=headers,
+        timeout=timeout,
+        auth=auth,
+        transport=egress_transport(egress, verify=_tls_context()),
+    )
     client.event_hooks = {"request": [], "response": [_record_http_status]}
     return client
 
 
-def _http_client(spec: McpServerSpec, connect_timeout: float) -> httpx2.AsyncClient:
-    timeout = httpx2.Timeout(
-        _HTTP_WRITE_TIMEOUT, connect=connect_timeout, read=MCP_DEFAULT_SSE_READ_TIMEOUT
-    )
-    return _new_http_client(headers=dict(spec.headers), timeout=timeout)
+def without_userinfo(url: str, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """``url`` without its user information, which becomes a Basic ``Authorization`` header
+    (unless ``headers`` has one)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, headers
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    if not any(name.lower() == "authorization" for name in headers):
+        pair = f"{unquote(user)}:{unquote(password)}".encode()
+        headers = {**headers, "Authorization": f"Basic {base64.b64encode(pair).decode()}"}
+    return urlunsplit(parts._replace(netloc=hostport)), headers
 
 
-def _sse_client_factory(
-    headers: dict[str, str] | None = None,
-    timeout: httpx2.Timeout | None = None,
-    auth: httpx2.Auth | None = None,
-) -> httpx2.AsyncClient:
-    return _new_http_client(headers=headers, timeout=timeout, auth=auth)
-
-
-def sdk_transport(spec: McpServerSpec, connect_timeout: float) -> tuple[Transport, list[Any]]:
-    """The SDK transport for ``spec`` and the resources to enter around it (an httpx2 client)."""
+def sdk_transport(
+    spec: McpServerSpec, connect_timeout: float, egress: EgressPolicy
+) -> tuple[Transport, list[Any]]:
+    """The SDK transport for ``spec`` and the resources to enter around it (an httpx2 client);
+    HTTP connections go where ``egress`` allows."""
     if spec.transport == "stdio":
         if not spec.command:
             raise McpError.protocol(CONNECTION_FAILED, f"MCP server {spec.label} has no command")
@@ -85,14 +103,31 @@ def sdk_transport(spec: McpServerSpec, connect_timeout: float) -> tuple[Transpor
         return stdio_client(params), []
     if not spec.url:
         raise McpError.protocol(CONNECTION_FAILED, f"MCP server {spec.label} has no URL")
+    redact_logs(*_URL_LOGGERS)
+    url, headers = without_userinfo(spec.url, dict(spec.headers))
     if spec.transport == "sse":
+
+        def sse_client_factory(
+            headers: dict[str, str] | None = None,
+            timeout: httpx2.Timeout | None = None,
+            auth: httpx2.Auth | None = None,
+        ) -> httpx2.AsyncClient:
+            return _new_http_client(egress, headers=headers, timeout=timeout, auth=auth)
+
         transport = sse_client(
-            spec.url,
-            headers=dict(spec.headers),
+            url,
+            headers=headers,
             timeout=connect_timeout,
             sse_read_timeout=MCP_DEFAULT_SSE_READ_TIMEOUT,
-            httpx_client_factory=_sse_client_factory,
+            httpx_client_factory=sse_client_factory,
         )
         return transport, []
-    http = _http_client(spec, connect_timeout)
-    return streamable_http_client(spec.url, http_client=http), [http]
+    timeout = httpx2.Timeout(
+        _HTTP_WRITE_TIMEOUT, connect=connect_timeout, read=MCP_DEFAULT_SSE_READ_TIMEOUT
+    )
+    http = _new_http_client(egress, headers=headers, timeout=timeout)
+    return streamable_http_client(url, http_client=http), [http]
+
+
+# The loggers that write the URLs the gateway hands the SDK (httpx2: every request at INFO).
+_URL_LOGGERS = ("httpx2", "mcp.client.streamable_http", "mcp.client.sse", "mcp.client._transport")

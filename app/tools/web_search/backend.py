@@ -8,6 +8,11 @@ timeout per search, the result cap, the domain filter (``filters.allowed_domains
 tool: passed to the backend where it has a filter, and always enforced on the results, a
 subdomain of an allowed domain being allowed, ``domains``), and the optional fetch of the top
 results' pages (``pages``), whose readable text is attached to the result.
+
+Both go through the egress policy (``app.net.egress_aiohttp``): the backend's session trusts
+exactly the host:port of the operator's ``web_search_base_url`` (and the environment's proxies,
+which it uses: its requests never leave the backend's URL); the pages' session, a session of
+its own, judges every page and redirect by the policy and uses no proxy.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from typing import Any, ClassVar
 import aiohttp
 import orjson
 
+from app.net.egress import EgressPolicy
+from app.net.egress_aiohttp import egress_session, environment_proxies
 from app.net.http import release
 from app.protocol.json_types import JsonObject
 from app.tools.web_search.domains import domain_allowed, normalize_domains
@@ -75,6 +82,7 @@ class HttpSearchProvider(ABC):
         api_key: str | None = None,
         limits: SearchLimits | None = None,
         session: aiohttp.ClientSession | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
         base = base_url or self.default_base_url
         if not base:
@@ -86,28 +94,40 @@ class HttpSearchProvider(ABC):
         self.limits = limits or SearchLimits()
         self._session = session
         self._owns_session = session is None
+        self._page_session: aiohttp.ClientSession | None = None
+        self._egress = egress or EgressPolicy()
         self._semaphore = asyncio.Semaphore(self.limits.max_concurrency)
-        self._pages = PageFetcher(
-            self.session,
-            fetch_pages=self.limits.fetch_pages,
-            allow_private=self.limits.allow_private_pages,
-        )
+        self._pages = PageFetcher(self.page_session, fetch_pages=self.limits.fetch_pages)
+
+    def _timeout(self) -> aiohttp.ClientTimeout:
+        # The search's own deadline bounds every request; these only stop a stuck socket.
+        seconds = self.limits.timeout + 1.0
+        return aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
 
     def session(self) -> aiohttp.ClientSession:
-        """The provider's session (made on first use, inside the event loop)."""
+        """The backend's session (made on first use, inside the event loop)."""
         if self._session is None:
-            # The search's own deadline bounds every request; these only stop a stuck socket.
-            seconds = self.limits.timeout + 1.0
-            self._session = aiohttp.ClientSession(
+            self._session = egress_session(
+                self._egress.trusting(self.base_url, *environment_proxies()),
                 headers={"User-Agent": USER_AGENT},
-                timeout=aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds),
-                # The proxy settings of the environment (HTTPS_PROXY …) apply, as they did when
-                # web search ran on httpx: the backends and the pages are on the internet.
+                timeout=self._timeout(),
+                # The proxy settings of the environment (HTTPS_PROXY …) apply to the backend.
                 trust_env=True,
             )
         return self._session
 
+    def page_session(self) -> aiohttp.ClientSession:
+        """The pages' session (made on first use): the egress policy, no proxy."""
+        if self._page_session is None:
+            self._page_session = egress_session(
+                self._egress, headers={"User-Agent": USER_AGENT}, timeout=self._timeout()
+            )
+        return self._page_session
+
     async def aclose(self) -> None:
+        if self._page_session is not None:
+            await self._page_session.close()
+            self._page_session = None
         if self._owns_session and self._session is not None:
             await self._session.close()
             self._session = None

@@ -3,6 +3,7 @@ uses."""
 
 from __future__ import annotations
 
+from app.net.egress import EgressPolicy
 from app.tools.web_search.backend import HttpSearchProvider
 from app.tools.web_search.brave import BraveSearchProvider
 from app.tools.web_search.results import SearchLimits
@@ -27,10 +28,11 @@ def create_search_provider(
     base_url: str | None = None,
     api_key: str | None = None,
     limits: SearchLimits | None = None,
+    egress: EgressPolicy | None = None,
 ) -> HttpSearchProvider:
-    """The provider named by ``web_search_provider``; raises ``ValueError`` for an unknown
-    name or a missing base URL / API key."""
+    """The provider named by ``web_search_provider``, connecting where ``egress`` allows;
+    raises ``ValueError`` for an unknown name or a missing base URL / API key."""
     cls = PROVIDERS.get(kind)
     if cls is None:
         raise ValueError(f"unknown web search provider {kind!r} (one of {', '.join(PROVIDERS)})")
-    return cls(base_url=base_url, api_key=api_key, limits=limits)
+    return cls(base_url=base_url, api_key=api_key, limits=limits, egress=egress)

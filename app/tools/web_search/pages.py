@@ -1,10 +1,11 @@
 """The page fetch: the readable text of the top results' pages, attached to the results.
 
-Pages are fetched only where the egress policy (``app.net.egress``) lets a connection made for
-a client go: public addresses (``allow_private_pages`` lifts that for tests and intranet
-deployments). Redirects are followed here, one hop at a time, and every hop is checked: a
-result URL, or a redirect, that leads to a loopback, private, link-local or metadata address is
-skipped, so search results cannot steer the gateway into its own network. A page is read up to
+Pages are fetched over a session on the egress policy's connector (``app.net.egress_aiohttp``):
+every connection goes to an address the policy checked (public ones unless ``[egress]`` allows
+more), so search results cannot steer the gateway into its own network, nor can a name that
+answers differently a moment later. Redirects are followed here, one hop at a time, and every
+hop is a new check. A page that may not be fetched is left out, like one that fails (the
+reason is logged, with credentials in its URL redacted). A page is read up to
 ``MAX_PAGE_BYTES``; HTML becomes its visible text (stdlib ``html.parser``), plain text stays.
 """
 
@@ -20,7 +21,8 @@ from urllib.parse import urljoin
 
 import aiohttp
 
-from app.net.egress import PUBLIC_ONLY, EgressPolicy
+from app.core.redaction import redact_url
+from app.net.egress import url_problem
 from app.net.http import release
 from app.tools.web_search.results import SearchResult, truncate
 
@@ -117,19 +119,12 @@ class _Redirect:
 
 
 class PageFetcher:
-    """Fetches result pages over a backend's aiohttp session (``session`` gives it)."""
+    """Fetches result pages over an aiohttp session on the egress policy's connector
+    (``session`` gives it)."""
 
-    def __init__(
-        self,
-        session: Callable[[], aiohttp.ClientSession],
-        *,
-        fetch_pages: int,
-        allow_private: bool,
-    ) -> None:
+    def __init__(self, session: Callable[[], aiohttp.ClientSession], *, fetch_pages: int) -> None:
         self._session = session
         self.fetch_pages = fetch_pages
-        # Pages come from search results: public addresses only, unless allow_private.
-        self._policy = EgressPolicy(refused=frozenset() if allow_private else PUBLIC_ONLY)
 
     async def with_pages(
         self, results: list[SearchResult], deadline: float, context_size: str | None
@@ -159,14 +154,14 @@ class PageFetcher:
         """The readable text of the page at ``url`` (at most ``limit`` characters), or None
         when it may not be fetched, fails or is not text."""
         for _ in range(MAX_REDIRECTS + 1):
-            refusal = await self._policy.refusal(url)
-            if refusal is not None:
-                logger.info("web search: page %s not fetched (%s)", url, refusal)
+            problem = url_problem(url)
+            if problem is not None:
+                logger.info("web search: page %s not fetched (%s)", redact_url(url), problem)
                 return None
             try:
                 page = await self._get(url)
             except (aiohttp.ClientError, OSError) as exc:
-                logger.info("web search: page %s not fetched: %s", url, exc)
+                logger.info("web search: page %s not fetched: %s", redact_url(url), exc)
                 return None
             if isinstance(page, _Redirect):
                 url = urljoin(url, page.location)

@@ -63,7 +63,6 @@ class SearchLimits:
     max_concurrency: int = 4
     timeout: float = 15.0
     fetch_pages: int = 0
-    allow_private_pages: bool = False
 
 
 def plain_text(value: Any) -> str:

@@ -10,9 +10,12 @@ from typing import Any
 
 from app.tools.mcp.client import McpSession
 from app.tools.mcp.spec import McpServerSpec, transport_for_url
+from tests.helpers import local_policy
 from tests.mcp_servers.counter import stdio_command
 
 TIMEOUT = 10.0
+# The test servers listen on loopback addresses: the egress policy's test allow-list.
+LOCAL = local_policy()
 
 
 def counter_spec(transport: str, url: str | None = None, **extra: Any) -> McpServerSpec:
@@ -25,7 +28,7 @@ def counter_spec(transport: str, url: str | None = None, **extra: Any) -> McpSer
 
 @contextlib.asynccontextmanager
 async def opened(spec: McpServerSpec) -> AsyncIterator[McpSession]:
-    session = await McpSession.open(spec, connect_timeout=TIMEOUT)
+    session = await McpSession.open(spec, connect_timeout=TIMEOUT, egress=LOCAL)
     try:
         yield session
     finally:

@@ -4,6 +4,7 @@ streamable HTTP, SSE and stdio, and @modelcontextprotocol/server-everything from
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
@@ -27,7 +28,7 @@ from app.tools.mcp.outcomes import McpCallOutcome
 from app.tools.mcp.spec import McpServerSpec, transport_for_url
 from tests.helpers import free_port, serve_in_thread
 from tests.mcp_servers.counter import ROOT, stdio_command
-from tests.tools.mcp.helpers import TIMEOUT, counter_spec, leftover_session_tasks, opened
+from tests.tools.mcp.helpers import LOCAL, TIMEOUT, counter_spec, leftover_session_tasks, opened
 
 COUNTER_TOOLS = {"sum", "echo", "say_hello", "sleep", "fail", "whoami", "total", "describe"}
 
@@ -222,12 +223,13 @@ async def test_connection_refused() -> None:
     for path in ("mcp", "sse"):
         url = f"http://127.0.0.1:{free_port()}/{path}"
         with pytest.raises(McpError) as caught:
-            await McpSession.open(counter_spec(transport_for_url(url), url), connect_timeout=5)
+            await McpSession.open(
+                counter_spec(transport_for_url(url), url), connect_timeout=5, egress=LOCAL
+            )
         error = caught.value.error
         assert error["type"] == "mcp_protocol_error"
         assert error["code"] == -32000
-        assert str(caught.value) == error["message"]
-        assert "counter" in error["message"]
+        assert str(caught.value) == error["message"] == "cannot connect to MCP server counter"
     assert leftover_session_tasks() == []
 
 
@@ -238,11 +240,27 @@ async def test_connection_refused() -> None:
 async def test_http_error_status(counter_url: str, path: str, status: int) -> None:
     url = f"{base_of(counter_url)}/{path}"
     with pytest.raises(McpError) as caught:
-        await McpSession.open(counter_spec(transport_for_url(url), url), connect_timeout=5)
+        await McpSession.open(
+            counter_spec(transport_for_url(url), url), connect_timeout=5, egress=LOCAL
+        )
     error = caught.value.error
     assert error["type"] == "http_error"
     assert error["code"] == status
     assert f"HTTP {status}" in error["message"]
+
+
+async def test_credentials_in_the_url_go_as_basic_authorization(counter_url: str) -> None:
+    url = counter_url.replace("http://", "http://alice:open%20sesame@")
+    async with opened(counter_spec("streamable_http", url)) as session:
+        seen = await session.call_tool("whoami", {}, timeout=TIMEOUT)
+    assert seen.output is not None
+    expected = "Basic " + base64.b64encode(b"alice:open sesame").decode()
+    assert json.loads(seen.output)["authorization"] == expected
+    # an Authorization header of the spec wins over the URL's user information
+    spec = counter_spec("streamable_http", url, headers={"Authorization": "Bearer t"})
+    async with opened(spec) as session:
+        seen = await session.call_tool("whoami", {}, timeout=TIMEOUT)
+    assert seen.output is not None and json.loads(seen.output)["authorization"] == "Bearer t"
 
 
 @contextlib.contextmanager
@@ -256,10 +274,15 @@ def silent_listener() -> Iterator[str]:
 
 async def test_connect_timeout() -> None:
     with silent_listener() as url, pytest.raises(McpError) as caught:
-        await McpSession.open(counter_spec("streamable_http", url), connect_timeout=0.5)
-    assert caught.value.error["type"] == "mcp_protocol_error"
-    assert caught.value.error["code"] == -32001
-    assert "timed out after 0.5s" in caught.value.error["message"]
+        await McpSession.open(
+            counter_spec("streamable_http", url), connect_timeout=0.5, egress=LOCAL
+        )
+    # An open port that never answers reads like a closed one (the log says it timed out).
+    assert caught.value.error == {
+        "type": "mcp_protocol_error",
+        "code": -32000,
+        "message": "cannot connect to MCP server counter",
+    }
     assert leftover_session_tasks() == []
 
 
@@ -284,7 +307,7 @@ async def test_parallel_calls_from_several_tasks(counter_url: str) -> None:
 
 
 async def test_close_from_another_task_during_a_call(any_counter: McpServerSpec) -> None:
-    session = await McpSession.open(any_counter, connect_timeout=TIMEOUT)
+    session = await McpSession.open(any_counter, connect_timeout=TIMEOUT, egress=LOCAL)
     in_flight = asyncio.create_task(session.call_tool("sleep", {"seconds": 60}, timeout=120))
     await asyncio.sleep(0.3)
     assert not in_flight.done()
@@ -344,7 +367,9 @@ def counter_process(transport: str) -> Iterator[tuple[subprocess.Popen[bytes], s
 @pytest.mark.parametrize("transport", ["streamable_http", "sse"])
 async def test_server_dying_during_a_call(transport: str) -> None:
     with counter_process(transport) as (process, url):
-        session = await McpSession.open(counter_spec(transport, url), connect_timeout=TIMEOUT)
+        session = await McpSession.open(
+            counter_spec(transport, url), connect_timeout=TIMEOUT, egress=LOCAL
+        )
         try:
             assert (await session.call_tool("sum", {"a": 1, "b": 2}, timeout=TIMEOUT)).output == "3"
             in_flight = asyncio.create_task(
@@ -370,7 +395,7 @@ async def test_stdio_server_dying_during_a_call(tmp_path: Path) -> None:
     spec = McpServerSpec(
         "counter", transport="stdio", command=("sh", "-c", script, "sh", *argv), env=env
     )
-    session = await McpSession.open(spec, connect_timeout=TIMEOUT)
+    session = await McpSession.open(spec, connect_timeout=TIMEOUT, egress=LOCAL)
     try:
         in_flight = asyncio.create_task(session.call_tool("sleep", {"seconds": 60}, timeout=120))
         await asyncio.sleep(0.3)

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from app.net.egress import EgressPolicy
 from app.tools.mcp.errors import McpError
 from app.tools.mcp.pool import McpSessionPool
 from tests.helpers import free_port
@@ -14,7 +15,9 @@ from tests.tools.mcp.helpers import TIMEOUT, counter_spec, leftover_session_task
 
 async def test_pool_reuses_and_reopens(counter_url: str) -> None:
     pool = McpSessionPool(
-        {"counter": counter_spec("streamable_http", counter_url)}, connect_timeout=TIMEOUT
+        {"counter": counter_spec("streamable_http", counter_url)},
+        connect_timeout=TIMEOUT,
+        egress=EgressPolicy(),  # the operator's server: trusted for its own host:port
     )
     try:
         first, again, concurrent = await asyncio.gather(
@@ -54,7 +57,9 @@ async def test_pool_reuses_and_reopens(counter_url: str) -> None:
 
 async def test_pool_open_failure_is_retried() -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
-    pool = McpSessionPool({"down": counter_spec("streamable_http", url)}, connect_timeout=5)
+    pool = McpSessionPool(
+        {"down": counter_spec("streamable_http", url)}, connect_timeout=5, egress=EgressPolicy()
+    )
     try:
         for _ in range(2):
             with pytest.raises(McpError) as caught:

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.net.egress import EgressPolicy
 from app.tools.web_search.backend import HttpSearchProvider
 from app.tools.web_search.backends import create_search_provider
 from app.tools.web_search.domains import domain_allowed, normalize_domains
@@ -21,7 +22,7 @@ from app.tools.web_search.results import (
     plain_text,
     truncate,
 )
-from tests.helpers import free_port
+from tests.helpers import free_port, local_policy
 from tests.search_servers import SearchServer, doc, serve_search
 
 PROVIDERS = ["searxng", "tavily", "brave", "you"]
@@ -40,12 +41,17 @@ def server(running: SearchServer) -> Iterator[SearchServer]:
     running.reset()
 
 
-def provider_for(server: SearchServer, **limits: Any) -> HttpSearchProvider:
+def provider_for(
+    server: SearchServer, egress: EgressPolicy | None = None, **limits: Any
+) -> HttpSearchProvider:
+    """The backend at the test server's URL: trusted (the operator's web_search_base_url)
+    under the default egress policy; its pages are judged by ``egress``."""
     return create_search_provider(
         server.provider,
         base_url=server.base_url,
         api_key=server.api_key or None,
         limits=SearchLimits(**limits),
+        egress=egress,
     )
 
 
@@ -294,7 +300,7 @@ async def test_top_pages_are_fetched_as_readable_text(server: SearchServer) -> N
             "binary": ("application/octet-stream", "\x00\x01"),
         }
     )
-    provider = provider_for(server, fetch_pages=4, allow_private_pages=True)
+    provider = provider_for(server, local_policy(), fetch_pages=4)
     try:
         results = await search(provider, "potato")
         small = await search(provider, "potato", max_results=1, context_size="low")
@@ -314,7 +320,7 @@ async def test_top_pages_are_fetched_as_readable_text(server: SearchServer) -> N
 async def test_only_the_top_pages_are_fetched_and_long_ones_are_cut(server: SearchServer) -> None:
     server.documents = page_documents(server)
     server.pages.update({"spuds": ("text/html", "<p>" + "spud " * 2000 + "</p>")})
-    provider = provider_for(server, fetch_pages=1, allow_private_pages=True)
+    provider = provider_for(server, local_policy(), fetch_pages=1)
     try:
         [first, second, *_] = await search(provider, "potato", context_size="low")
     finally:

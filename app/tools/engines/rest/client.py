@@ -1,8 +1,11 @@
 """``RestClient``: the ``rest`` engine's HTTP calls over aiohttp, and what their answers become.
 
 One ``aiohttp.ClientSession`` per distinct TLS setting (CA bundle, client certificate and key,
-verify), made on first use and kept until ``aclose``. ``send`` makes one request and turns
-every way it can end into an ``EngineResult``, never an exception:
+verify), made on first use and kept until ``aclose``, each on the egress policy's connector
+(``app.net.egress_aiohttp``): a request goes to the host:port its binding names (the operator's
+destination, trusted by the policy as the engine first calls it, resolved once and connected
+to at the checked address; cloud metadata addresses stay refused). ``send`` makes one request
+and turns every way it can end into an ``EngineResult``, never an exception:
 
 - 2xx: the body as text (JSON re-serialised compactly); a body over ``max_bytes`` (announced by
   Content-Length, or read: never more than ``max_bytes + 1`` bytes) is ``response_too_large``.
@@ -13,7 +16,8 @@ every way it can end into an ``EngineResult``, never an exception:
   ``network_error``; a certificate or key file that cannot be loaded is ``configuration_error``.
 
 Every message and output has the request's secrets (``Request.secrets``) replaced by ``***``
-(a server that echoes a header back does not put the secret in the session's history).
+(a server that echoes a header back does not put the secret in the session's history), and the
+URL it shows has its credentials redacted (``core.redaction``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,9 @@ import certifi
 import orjson
 
 from app.core.engines import EngineCall, EngineResult
+from app.core.redaction import redact_text, redact_url
+from app.net.egress import EgressPolicy
+from app.net.egress_aiohttp import EgressConnector
 from app.tools.engines.rest.binding import Request, TlsSettings
 
 ERROR_BODY_CHARS = 2000
@@ -86,28 +93,34 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes | Non
 class RestClient:
     """The aiohttp sessions of one engine (see the module docstring)."""
 
-    def __init__(self, connections_per_session: int = 100) -> None:
+    def __init__(
+        self, connections_per_session: int = 100, *, egress: EgressPolicy | None = None
+    ) -> None:
         self._limit = connections_per_session
-        self._sessions: dict[TlsSettings, aiohttp.ClientSession] = {}
+        self._egress = egress or EgressPolicy()
+        self._sessions: dict[TlsSettings, tuple[aiohttp.ClientSession, EgressConnector]] = {}
 
-    def _session(self, tls: TlsSettings) -> aiohttp.ClientSession:
-        session = self._sessions.get(tls)
-        if session is None or session.closed:
-            connector = aiohttp.TCPConnector(ssl=_tls_context(tls), limit=self._limit)
+    def _session(self, tls: TlsSettings, url: str) -> aiohttp.ClientSession:
+        """The session of ``tls``, its connector trusting the host:port of ``url`` (a
+        binding's: the operator's)."""
+        entry = self._sessions.get(tls)
+        if entry is None or entry[0].closed:
+            connector = EgressConnector(self._egress, ssl=_tls_context(tls), limit=self._limit)
             session = aiohttp.ClientSession(connector=connector, auto_decompress=True)
-            self._sessions[tls] = session
-        return session
+            entry = self._sessions[tls] = (session, connector)
+        entry[1].trust(url)
+        return entry[0]
 
     async def aclose(self) -> None:
         sessions, self._sessions = list(self._sessions.values()), {}
-        for session in sessions:
+        for session, _connector in sessions:
             await session.close()
 
     async def send(
         self, call: EngineCall, request: Request, tls: TlsSettings, limits: Limits
     ) -> EngineResult:
         try:
-            session = self._session(tls)
+            session = self._session(tls, request.url)
         except (OSError, ssl.SSLError, ValueError) as exc:
             return EngineResult.failure(
                 call, "configuration_error", f"the TLS settings cannot be loaded: {exc}"
@@ -119,11 +132,14 @@ class RestClient:
             return EngineResult.failure(
                 call,
                 "timeout",
-                f"no answer from {request.method} {request.url} within {limits.timeout:g} s",
+                f"no answer from {request.method} {redact_url(request.url)} within "
+                f"{limits.timeout:g} s",
             )
         except aiohttp.ClientError as exc:
             message = f"{request.method} {request.url} failed: {type(exc).__name__}: {exc}"
-            return EngineResult.failure(call, "network_error", _hide(message, request.secrets))
+            return EngineResult.failure(
+                call, "network_error", _hide(redact_text(message), request.secrets)
+            )
 
     async def _exchange(
         self, call: EngineCall, session: aiohttp.ClientSession, request: Request, max_bytes: int
@@ -143,7 +159,7 @@ class RestClient:
                 body = _as_text(raw, resp.charset) if raw is not None else "(body too large)"
                 message = (
                     f"HTTP {resp.status} {resp.reason or ''}".rstrip()
-                    + f" from {request.method} {request.url}: "
+                    + f" from {request.method} {redact_url(request.url)}: "
                     + body[:ERROR_BODY_CHARS]
                 )
                 return EngineResult.failure(
@@ -156,7 +172,7 @@ class RestClient:
                 return EngineResult.failure(
                     call,
                     "response_too_large",
-                    f"the answer of {request.method} {request.url} is larger than "
+                    f"the answer of {request.method} {redact_url(request.url)} is larger than "
                     f"{max_bytes} bytes",
                 )
             output = _hide(_as_text(raw, resp.charset), request.secrets)

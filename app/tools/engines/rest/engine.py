@@ -38,7 +38,9 @@ from app.core.engines import (
     ToolEngine,
     simulate_via,
 )
+from app.core.redaction import redact_url
 from app.core.session_book import DEFAULT_MAX_HISTORY, BookedSessions, SessionBook, timed
+from app.net.egress import EgressPolicy
 from app.protocol.json_types import JsonObject
 from app.tools.engines.rest.binding import (
     ArgumentError,
@@ -98,12 +100,15 @@ class RestEngine(BookedSessions):
         *,
         simulator: ToolEngine | None = None,
         environ: Mapping[str, str] | None = None,
+        egress: EgressPolicy | None = None,
     ) -> None:
+        """``egress``: the policy every request's connection follows (each binding's own
+        host:port trusted)."""
         self.options = options or RestEngineOptions()
         self._simulator = simulator
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
         self.sessions = SessionBook(self.options.max_history)
-        self._client = RestClient()
+        self._client = RestClient(egress=egress)
         self._gate = asyncio.Semaphore(self.options.max_concurrency)
         self._bindings = _ByIdentity()
         self._validators = _ByIdentity()
@@ -204,7 +209,9 @@ class RestEngine(BookedSessions):
             timeout=binding.timeout or self.options.default_timeout,
             max_bytes=binding.max_response_bytes or self.options.default_max_response_bytes,
         )
-        logger.debug("rest call %s: %s %s", call.tool.qualified_name, request.method, request.url)
+        logger.debug(
+            "rest call %s: %s %s", call.tool.qualified_name, request.method, redact_url(request.url)
+        )
         async with self._gate:
             return await self._client.send(call, request, binding.tls, limits)
 
@@ -214,6 +221,7 @@ def create_rest_engine(
     *,
     simulator: ToolEngine | None,
     environ: Mapping[str, str],
+    egress: EgressPolicy | None = None,
 ) -> RestEngine:
     """The registry's factory: ``options`` as ``RestEngineOptions`` (``ValueError`` naming the
     key when they are invalid)."""
@@ -222,4 +230,4 @@ def create_rest_engine(
     except ValidationError as exc:
         problems = describe_errors(exc.errors(include_url=False, include_input=False))
         raise ValueError(f"rest engine options: {problems}") from None
-    return RestEngine(parsed, simulator=simulator, environ=environ)
+    return RestEngine(parsed, simulator=simulator, environ=environ, egress=egress)

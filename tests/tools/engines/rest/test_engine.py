@@ -11,6 +11,8 @@ import pytest
 from aiohttp import web
 
 from app.core.engines import SessionExistsError, ToolEngine, UnknownSessionError
+from app.net.egress import EgressPolicy
+from app.net.resolver import MemoryResolver
 from app.tools.engines.rest import RestEngine, RestEngineOptions, create_rest_engine
 from tests.helpers import free_port
 from tests.tools.engines.rest.helpers import FakeSimulator, call, local_server, tool
@@ -284,6 +286,29 @@ async def test_a_closed_port_is_a_network_error(engine: RestEngine) -> None:
     spec = tool({"url": f"http://127.0.0.1:{free_port()}/x"})
     [result] = await engine.execute("s", [call(spec)])
     assert result.error is not None and result.error.kind == "network_error"
+
+
+async def test_calls_go_through_the_egress_policy(base: str, seen: list[web.Request]) -> None:
+    """A binding's host:port is the operator's: trusted under the default policy (this server
+    is on loopback), yet resolved by the policy and connected to at the address it checked;
+    a cloud metadata address stays refused, and the URL's credentials are not shown."""
+    resolver = MemoryResolver({"api.test": [["127.0.0.1"]], "meta.test": [["169.254.169.254"]]})
+    engine = RestEngine(environ={}, egress=EgressPolicy().with_resolver(resolver))
+    await engine.setup("s")
+    try:
+        port = base.rsplit(":", 1)[1]
+        spec = tool({"url": f"http://api.test:{port}/items/{{id}}"}, ITEM_PARAMETERS)
+        [result] = await engine.execute("s", [call(spec, {"id": "7"})])
+        assert result.ok, result.error
+        meta = tool({"url": "http://ops:pw-SECRET@meta.test/latest/meta-data"})
+        [refused] = await engine.execute("s", [call(meta)])
+    finally:
+        await engine.aclose()
+    assert refused.error is not None and refused.error.kind == "network_error"
+    assert "cloud metadata" in refused.error.message
+    assert "pw-SECRET" not in refused.error.message
+    assert resolver.lookups == ["api.test", "meta.test"]
+    assert len(seen) == 1
 
 
 async def test_a_batch_runs_concurrently_and_records_in_call_order(engine: RestEngine) -> None:
