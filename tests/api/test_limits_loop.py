@@ -23,7 +23,7 @@ from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from tests.fakes import FakeUpstream, ScriptedUpstream, function_call, message, round_events
-from tests.helpers import in_process, openai_client, without_parsed
+from tests.helpers import in_process, local_egress, openai_client, without_parsed
 from tests.lifecycle import assert_lifecycle
 
 
@@ -42,7 +42,7 @@ def gateway() -> Iterator[Any]:
     stack: list[Any] = []
 
     def start(upstream: Any, **limits: Any) -> openai.OpenAI:
-        context = in_process(create_app(Settings(limits=limits), upstream=upstream))
+        context = in_process(create_app(Settings(limits=limits, egress=local_egress()), upstream=upstream))
         stack.append(context)
         return openai_client(context.__enter__())
 
