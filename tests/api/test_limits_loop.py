@@ -42,7 +42,8 @@ def gateway() -> Iterator[Any]:
     stack: list[Any] = []
 
     def start(upstream: Any, **limits: Any) -> openai.OpenAI:
-        context = in_process(create_app(Settings(limits=limits, egress=local_egress()), upstream=upstream))
+        settings = Settings(limits=limits, egress=local_egress())
+        context = in_process(create_app(settings, upstream=upstream))
         stack.append(context)
         return openai_client(context.__enter__())
 
