@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from app.core.jobs import BackgroundJob, LoggedEvent
+from app.core.tenancy import DEFAULT_TENANT
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.store.engine import create_engine_for
@@ -54,6 +55,7 @@ def write_job(url: str, response_id: str, *, owner: str, lease_until: float) -> 
                 lease_until=lease_until,
                 attempts=1,
                 created_at=int(time.time()),
+                tenant=DEFAULT_TENANT,
             )
             await store.add_job(
                 job, {"type": "response.created", "sequence_number": 0, "response": response}
@@ -68,7 +70,9 @@ def read_job(url: str, response_id: str) -> tuple[BackgroundJob | None, list[Log
     async def read() -> tuple[BackgroundJob | None, list[LoggedEvent]]:
         store = SqlResponseStore(create_engine_for(url))
         try:
-            return await store.get_job(response_id), await store.read_events(response_id, -1, 99)
+            return await store.get_job(response_id, tenant=DEFAULT_TENANT), await store.read_events(
+                response_id, -1, 99, tenant=DEFAULT_TENANT
+            )
         finally:
             await store.aclose()
 

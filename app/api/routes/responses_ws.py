@@ -31,6 +31,7 @@ from starlette.websockets import WebSocket
 from app.api.body import parse_json_object, validate
 from app.api.routes.responses import client_headers
 from app.api.state import GatewayState, gateway_state
+from app.api.tenancy import principal_of
 from app.api.ws_connection import ConnectionStore, WarmupUpstream
 from app.core.history import rehydrate
 from app.errors import GatewayError, InvalidRequestError, RequestTooLargeError
@@ -48,8 +49,9 @@ class _Disconnected(Exception):
     """The client went away."""
 
 
-def parse_frame(raw: str | bytes, limit: int) -> tuple[ParsedRequest, bool]:
-    """A ``response.create`` frame as the HTTP route's ``ParsedRequest``, and ``generate``."""
+def parse_frame(raw: str | bytes, limit: int, tenant: str) -> tuple[ParsedRequest, bool]:
+    """A ``response.create`` frame as the HTTP route's ``ParsedRequest`` (for ``tenant``),
+    and ``generate``."""
     data = raw.encode() if isinstance(raw, str) else raw
     if len(data) > limit:
         raise RequestTooLargeError(f"The request body exceeds the limit of {limit} bytes.")
@@ -77,7 +79,7 @@ def parse_frame(raw: str | bytes, limit: int) -> tuple[ParsedRequest, bool]:
     parsed = validate(CreateResponseRequest, body)
     check_create_request(parsed)
     check_metadata(body.get("metadata"), "metadata")
-    return ParsedRequest(parsed, body), generate
+    return ParsedRequest(parsed, body, tenant), generate
 
 
 def error_frame(error: GatewayError) -> JsonObject:
@@ -92,7 +94,9 @@ class ResponsesSocket:
         self._websocket = websocket
         self._limit = state.settings.max_body_bytes
         self._headers = client_headers(websocket)
-        self.store = ConnectionStore(state.store)
+        # The principal of the WebSocket's handshake: every turn runs for its tenant.
+        self._tenant = principal_of(websocket).tenant
+        self.store = ConnectionStore(state.store, self._tenant)
         self._upstream = WarmupUpstream(state.upstream)
         # The application's service with this connection's store and upstream (its toolkit,
         # limits and hooks are shared): ``app.core`` stays unaware of connections.
@@ -137,7 +141,7 @@ class ResponsesSocket:
         store = self.store
         store.begin_turn()
         try:
-            request, generate = parse_frame(frame, self._limit)
+            request, generate = parse_frame(frame, self._limit, self._tenant)
             self._upstream.warmup = not generate
             events = await self._service.open_stream(request, self._headers)
         except GatewayError as exc:
@@ -155,7 +159,7 @@ class ResponsesSocket:
             store.evict()
         elif request.params.store is False:
             try:
-                history = await rehydrate(store, request.params)
+                history = await rehydrate(store, request.params, tenant=request.tenant)
             except GatewayError:
                 store.evict()
                 return
