@@ -349,3 +349,49 @@ async def test_delete_job(store: Store) -> None:
     assert await store.delete_job(job.response_id, tenant=DEFAULT_TENANT) is False
     assert await store.get_job(other.response_id, tenant=DEFAULT_TENANT) is not None
     assert len(await store.read_events(other.response_id, -1, 10, tenant=DEFAULT_TENANT)) == 2
+
+
+# --- tenancy: a job, its event log and its checkpoint are its tenant's ------------------------
+
+
+async def test_another_tenants_job_is_unknown(store: Store) -> None:
+    job = new_job("a", tenant="tenant-a")
+    await store.add_job(job, created(job))
+    running = {**job.response, "status": "in_progress"}
+    assert await store.save_checkpoint(job.response_id, "a", {"round": 1}, tenant="tenant-a")
+    rid, other = job.response_id, "tenant-b"
+
+    # to another tenant it answers as an unknown id, even to the lease's owner
+    assert await store.get_job(rid, tenant=other) is None
+    assert await store.get_checkpoint(rid, tenant=other) is None
+    assert await store.read_events(rid, -1, 10, tenant=other) == []
+    assert await store.last_sequence_number(rid, tenant=other) is None
+    assert not await store.renew_lease(rid, "a", NOW + 60, tenant=other)
+    assert not await store.update_job(rid, "a", running, 1, events(1), tenant=other)
+    assert not await store.log_events(rid, "a", events(1), tenant=other)
+    assert not await store.save_checkpoint(rid, "a", {"round": 9}, tenant=other)
+    assert not await store.cancel_job(rid, {**job.response, "status": "cancelled"}, 2, tenant=other)
+    assert not await store.delete_job(rid, tenant=other)
+    # the tenant's own job is untouched
+    assert await store.get_job(rid, tenant="tenant-a") == job
+    assert await store.get_checkpoint(rid, tenant="tenant-a") == {"round": 1}
+    assert await store.read_events(rid, -1, 10, tenant="tenant-a") == [LoggedEvent(0, created(job))]
+    assert await store.delete_job(rid, tenant="tenant-a")
+
+
+async def test_a_job_taken_over_keeps_its_tenant(store: Store) -> None:
+    # claim_lapsed and purge_finished span tenants: a sweep takes every tenant's lapsed jobs,
+    # and each claimed job says whose it is, so its new run writes under that tenant.
+    jobs = [new_job("dead", lease_until=NOW - 1, tenant=t) for t in ("tenant-a", "tenant-b")]
+    for job in jobs:
+        await store.add_job(job, created(job))
+
+    claimed = await store.claim_lapsed("alive", NOW, NOW + 30, 10)
+
+    assert sorted(j.tenant for j in claimed) == ["tenant-a", "tenant-b"]
+    for job in claimed:
+        done = {**job.response, "status": "completed"}
+        assert await store.update_job(job.response_id, "alive", done, 5, tenant=job.tenant)
+    assert await store.purge_finished(6) == 2
+    for job in claimed:
+        assert await store.read_events(job.response_id, -1, 10, tenant=job.tenant) == []

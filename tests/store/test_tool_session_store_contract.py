@@ -135,6 +135,29 @@ async def test_sessions_are_isolated(store: Store) -> None:
     assert await store.load_tool_session("A", tenant=DEFAULT_TENANT) is None  # ids are exact
 
 
+async def test_a_session_is_its_tenants(store: Store) -> None:
+    # One session id, two tenants: two sessions; neither reads, replaces nor deletes the other.
+    await store.save_tool_session("conv_1", session_state("for a"), tenant="tenant-a")
+    assert await store.load_tool_session("conv_1", tenant="tenant-b") is None
+    await store.save_tool_session("conv_1", session_state("for b"), tenant="tenant-b")
+    await store.delete_tool_session("conv_1", tenant="tenant-c")
+
+    assert await store.load_tool_session("conv_1", tenant="tenant-a") == session_state("for a")
+    assert await store.load_tool_session("conv_1", tenant="tenant-b") == session_state("for b")
+    await store.delete_tool_session("conv_1", tenant="tenant-b")
+    assert await store.load_tool_session("conv_1", tenant="tenant-a") == session_state("for a")
+
+
+async def test_another_tenant_cannot_delete_a_conversations_session(store: Store) -> None:
+    conversation = await store.create_conversation({}, [], tenant="tenant-a")
+    await store.save_tool_session(conversation.id, session_state("a"), tenant="tenant-a")
+
+    assert await store.delete_conversation(conversation.id, tenant="tenant-b") is False
+
+    saved = await store.load_tool_session(conversation.id, tenant="tenant-a")
+    assert saved == session_state("a")
+
+
 async def test_deleting_a_conversation_deletes_its_session(store: Store) -> None:
     conversation = await store.create_conversation({}, [message("hi")], tenant=DEFAULT_TENANT)
     other = await store.create_conversation({}, [], tenant=DEFAULT_TENANT)
