@@ -132,6 +132,20 @@ async def test_tool_sessions_persist_between_batches_and_dry_runs_are_not_saved(
     assert not rest.book.live("conv_1") and not rest.book.live("conv_2")
 
 
+async def test_one_session_id_of_two_tenants_is_two_sessions() -> None:
+    _, _, multi = engines()
+    sessions = ToolSessions(multi)
+    await sessions.run("conv_1", [call("crm", "create", 0)], tenant="acme")
+
+    theirs = await sessions.run("conv_1", [call("crm", "read", 1)], tenant="globex")
+    mine = await sessions.run("conv_1", [call("crm", "read", 2)], tenant="acme")
+
+    assert orjson.loads(theirs[0].output)["seen"] == 0  # globex's world is its own
+    assert orjson.loads(mine[0].output)["seen"] == 1
+    state = await sessions.state("conv_1", tenant="globex")
+    assert state is not None and len(history_of(state["engines"]["rest"])) == 1
+
+
 async def test_concurrent_batches_of_one_session_run_one_at_a_time() -> None:
     rest, _, multi = engines(delay=0.02)
     sessions = ToolSessions(multi)
