@@ -111,9 +111,8 @@ async def write(jobs: JobStore, response_id: str, count: int, rate: float | None
                     response_id, OWNER, response, int(time.time()), logged, tenant=DEFAULT_TENANT
                 )
                 return
-            await jobs.log_events(
-                response_id, OWNER, logged, tenant=DEFAULT_TENANT
-            )  # as a run logs: owner-checked
+            # as a run logs: owner-checked
+            await jobs.log_events(response_id, OWNER, logged, tenant=DEFAULT_TENANT)
             if pending:
                 wake.set()
 

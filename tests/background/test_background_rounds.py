@@ -241,9 +241,8 @@ async def test_a_job_continues_from_its_last_completed_tool_round(store: Any) ->
     assert restart["response"]["output"] == final["output"][:2]
     job = await store.get_job(response_id, tenant=DEFAULT_TENANT)
     assert job.status == "completed" and job.attempts == 2
-    assert (
-        await store.get_checkpoint(response_id, tenant=DEFAULT_TENANT) is None
-    )  # finished: the checkpoint went
+    # finished: the checkpoint went
+    assert await store.get_checkpoint(response_id, tenant=DEFAULT_TENANT) is None
     assert (await b.get(response_id, tenant=DEFAULT_TENANT)) == final
     # the continued run works in the same tool session (engines find its state in the store)
     assert kit_a.sessions == kit_b.sessions == [response_id]

@@ -209,9 +209,8 @@ async def test_claim_lapsed_takes_only_active_jobs_whose_lease_ended(store: Stor
     assert claimed.owner == "me" and claimed.attempts == 2 and claimed.lease_until == NOW + 30
     assert await store.get_job(lapsed.response_id, tenant=DEFAULT_TENANT) == claimed
     assert await store.claim_lapsed("other", NOW, NOW + 30, 10) == []  # now it is mine
-    assert not await store.renew_lease(
-        lapsed.response_id, "dead", NOW + 60, tenant=DEFAULT_TENANT
-    )  # fenced off
+    # fenced off
+    assert not await store.renew_lease(lapsed.response_id, "dead", NOW + 60, tenant=DEFAULT_TENANT)
     assert await store.renew_lease(lapsed.response_id, "me", NOW + 60, tenant=DEFAULT_TENANT)
 
 
@@ -251,13 +250,11 @@ async def test_only_the_owner_saves_a_checkpoint_of_an_active_job(store: Store) 
         job.response_id, "b", checkpoint(9), tenant=DEFAULT_TENANT
     )
     assert await store.get_checkpoint(job.response_id, tenant=DEFAULT_TENANT) == checkpoint(1)
-    assert await store.save_checkpoint(
-        job.response_id, "a", checkpoint(2), tenant=DEFAULT_TENANT
-    )  # replaced
+    # replaced
+    assert await store.save_checkpoint(job.response_id, "a", checkpoint(2), tenant=DEFAULT_TENANT)
     assert await store.get_checkpoint(job.response_id, tenant=DEFAULT_TENANT) == checkpoint(2)
-    assert (
-        await store.get_job(job.response_id, tenant=DEFAULT_TENANT) == job
-    )  # the record itself is unchanged
+    # the record itself is unchanged
+    assert await store.get_job(job.response_id, tenant=DEFAULT_TENANT) == job
     assert await store.get_checkpoint("resp_unknown", tenant=DEFAULT_TENANT) is None
     assert not await store.save_checkpoint(
         "resp_unknown", "a", checkpoint(1), tenant=DEFAULT_TENANT
@@ -279,9 +276,10 @@ async def test_a_checkpoint_survives_a_takeover_and_goes_when_the_job_ends(store
     done = {**job.response, "status": "completed"}
     assert await store.update_job(job.response_id, "me", done, 9, tenant=DEFAULT_TENANT)
     assert await store.get_checkpoint(job.response_id, tenant=DEFAULT_TENANT) is None
+    # final
     assert not await store.save_checkpoint(
         job.response_id, "me", checkpoint(3), tenant=DEFAULT_TENANT
-    )  # final
+    )
 
     other = new_job("a")
     await store.add_job(other, created(other))
@@ -328,9 +326,8 @@ async def test_purge_drops_the_logs_of_jobs_finished_before_the_cutoff(store: St
 
     assert await store.read_events(old.response_id, -1, 10, tenant=DEFAULT_TENANT) == []
     assert await store.last_sequence_number(old.response_id, tenant=DEFAULT_TENANT) is None
-    assert (
-        await store.get_job(old.response_id, tenant=DEFAULT_TENANT) is not None
-    )  # the record stays
+    # the record stays
+    assert await store.get_job(old.response_id, tenant=DEFAULT_TENANT) is not None
     assert len(await store.read_events(recent.response_id, -1, 10, tenant=DEFAULT_TENANT)) == 2
     assert len(await store.read_events(running.response_id, -1, 10, tenant=DEFAULT_TENANT)) == 2
     assert await store.purge_finished(200) == 0

@@ -293,7 +293,6 @@ async def test_the_root_of_a_chain_of_three_survives(store: ResponseStore) -> No
         parent = child
 
     assert await store.delete_response(root.id, tenant=DEFAULT_TENANT) is True
-    last = await store.get_response(
-        parent.id, tenant=DEFAULT_TENANT
-    )  # the chain keeps its root's id
+    # the chain keeps its root's id
+    last = await store.get_response(parent.id, tenant=DEFAULT_TENANT)
     assert last is not None and last.root_id == root.id

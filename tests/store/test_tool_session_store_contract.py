@@ -106,9 +106,8 @@ async def test_delete(store: Store) -> None:
     await store.delete_tool_session("s", tenant=DEFAULT_TENANT)
 
     assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) is None
-    await store.save_tool_session(
-        "s", session_state("again"), tenant=DEFAULT_TENANT
-    )  # the id can be used again
+    # the id can be used again
+    await store.save_tool_session("s", session_state("again"), tenant=DEFAULT_TENANT)
     assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) == session_state("again")
 
 
