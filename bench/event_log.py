@@ -43,6 +43,7 @@ from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.job_signals import JobSignals, LocalJobSignals, SignalledJobs
 from app.core.jobs import BackgroundJob, JobStore, LoggedEvent
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.store.engine import create_engine_for
 from app.store.migrate import upgrade_to_head
 from app.store.pg_signals import PostgresJobSignals
@@ -106,9 +107,12 @@ async def write(jobs: JobStore, response_id: str, count: int, rate: float | None
             final = [e for e in logged if e.event["type"] == "response.completed"]
             if final:
                 response = {"id": response_id, "status": "completed", "output": []}
-                await jobs.update_job(response_id, OWNER, response, int(time.time()), logged)
+                await jobs.update_job(
+                    response_id, OWNER, response, int(time.time()), logged, tenant=DEFAULT_TENANT
+                )
                 return
-            await jobs.log_events(response_id, OWNER, logged)  # as a run logs: owner-checked
+            # as a run logs: owner-checked
+            await jobs.log_events(response_id, OWNER, logged, tenant=DEFAULT_TENANT)
             if pending:
                 wake.set()
 
@@ -168,11 +172,12 @@ async def one_run(
         now + 600,
         1,
         int(now),
+        tenant=DEFAULT_TENANT,
     )
     await writer_store.add_job(job, {"type": "response.created", "sequence_number": 0})
     lags: list[float] = []
     try:
-        stream = await follower.stream(response_id, 0)
+        stream = await follower.stream(response_id, 0, tenant=DEFAULT_TENANT)
 
         async def follow() -> None:
             async for event in stream:

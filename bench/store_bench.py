@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.core.ids import new_id
 from app.core.ports import NewResponse
+from app.core.tenancy import DEFAULT_TENANT
 from app.store.batching import GroupCommitter
 from app.store.engine import (
     POSTGRES_POOL_SIZE,
@@ -199,15 +200,20 @@ async def save_throughput(
             input_item_ids=[item["id"] for item in history_items],
             new_items=history_items,
             conversation_id=None,
-        )
+        ),
+        tenant=DEFAULT_TENANT,
     )
     history = [item["id"] for item in history_items]
     conversations: list[str] = []
     if shape == "own conversation":
         for _ in range(total):
-            conversations.append((await store.create_conversation({}, [])).id)
+            conversations.append(
+                (await store.create_conversation({}, [], tenant=DEFAULT_TENANT)).id
+            )
     elif shape == "one conversation":
-        conversations = [(await store.create_conversation({}, [])).id] * total
+        conversations = [
+            (await store.create_conversation({}, [], tenant=DEFAULT_TENANT)).id
+        ] * total
 
     turns = [
         small_turn(
@@ -218,19 +224,21 @@ async def save_throughput(
     ]
     # Warm the pool and the statement caches.
     await run_concurrent(
-        concurrency, concurrency, lambda i: store.save_response(small_turn([], None))
+        concurrency,
+        concurrency,
+        lambda i: store.save_response(small_turn([], None), tenant=DEFAULT_TENANT),
     )
 
     async def make(i: int) -> None:
-        await store.save_response(turns[i])
+        await store.save_response(turns[i], tenant=DEFAULT_TENANT)
 
     return await run_concurrent(total, concurrency, make)
 
 
 async def rehydrate(store: SqlResponseStore, response_id: str) -> int:
-    stored = await store.get_response(response_id)
+    stored = await store.get_response(response_id, tenant=DEFAULT_TENANT)
     assert stored is not None
-    return len(await store.load_items(stored.checkpoint_ids))
+    return len(await store.load_items(stored.checkpoint_ids, tenant=DEFAULT_TENANT))
 
 
 async def time_rehydration(
@@ -265,7 +273,8 @@ async def checkpoint_of(store: SqlResponseStore, size: int, depth: int) -> str:
                 input_item_ids=[item["id"] for item in new_items],
                 new_items=[*new_items, answer],
                 conversation_id=None,
-            )
+            ),
+            tenant=DEFAULT_TENANT,
         )
         history = [*history, *(item["id"] for item in new_items), answer["id"]]
         previous = response["id"]
@@ -286,9 +295,11 @@ async def rehydrate_via_sqlalchemy(store: SqlResponseStore, response_id: str) ->
     )
     engine = store.db.engine.execution_options(**options)
     async with engine.connect() as conn:
-        row = (await conn.execute(store.db.queries.get_response, {"response_id": response_id})).one()
+        row = (
+            await conn.execute(store.db.queries.get_response, {"response_id": response_id})
+        ).one()
     async with engine.connect() as conn:
-        return len(await store.db.load(conn, json_loads(row[1])))
+        return len(await store.db.load(conn, json_loads(row[1]), tenant=DEFAULT_TENANT))
 
 
 async def rehydration_throughput(

@@ -33,6 +33,7 @@ from app.core.engines import (
     history_entry,
 )
 from app.core.session_book import SessionBook
+from app.core.tenancy import DEFAULT_TENANT
 from app.core.tool_sessions import ToolSessions
 from app.protocol.json_types import JsonObject
 from app.tools.engines.multi import MultiEngine, Route
@@ -95,9 +96,9 @@ async def one_case(store: ToolSessionStore | None, history: int, rounds: int) ->
     state = saved_state(history)
     session = f"bench_{history}_{time.monotonic_ns()}"
     if store is not None:
-        await store.save_tool_session(session, state)
+        await store.save_tool_session(session, state, tenant=DEFAULT_TENANT)
     else:
-        await sessions._store.save_tool_session(session, state)
+        await sessions._store.save_tool_session(session, state, tenant=DEFAULT_TENANT)
     live = f"{session}_live"
     await multi.setup(live, state)
     bare: list[float] = []
@@ -107,7 +108,7 @@ async def one_case(store: ToolSessionStore | None, history: int, rounds: int) ->
         await multi.execute(live, calls(n))
         bare.append((time.perf_counter() - started) * 1e3)
         started = time.perf_counter()
-        await sessions.run(session, calls(n))
+        await sessions.run(session, calls(n), tenant=DEFAULT_TENANT)
         persisted.append((time.perf_counter() - started) * 1e3)
     added = [p - b for p, b in zip(persisted, bare, strict=True)]
     return {
@@ -133,7 +134,7 @@ async def main_async(args: argparse.Namespace) -> None:
         try:
             await prepare_database(args.postgres, auto_migrate=True)
             pg = SqlResponseStore(create_engine_for(args.postgres))
-            await pg.load_tool_session("probe")
+            await pg.load_tool_session("probe", tenant=DEFAULT_TENANT)
             stores.append(("PostgreSQL", pg, pg))
         except Exception as exc:
             print(f"PostgreSQL skipped: {exc}", file=sys.stderr)

@@ -86,47 +86,55 @@ class FakeUpstream:
 
 class MemoryToolSessions:
     """An in-memory ``ToolSessionStore`` (``app.core.engines``): each state kept as its JSON
-    text, so that what ``load_tool_session`` returns is a copy, as from the SQL store."""
+    text under (tenant, session id), so that what ``load_tool_session`` returns is a copy, as
+    from the SQL store."""
 
     def __init__(self) -> None:
-        self.tool_sessions: dict[str, str] = {}
+        self.tool_sessions: dict[tuple[str, str], str] = {}
 
-    async def load_tool_session(self, session_id: str) -> JsonObject | None:
-        text = self.tool_sessions.get(session_id)
+    async def load_tool_session(self, session_id: str, *, tenant: str) -> JsonObject | None:
+        text = self.tool_sessions.get((tenant, session_id))
         return None if text is None else dict(json.loads(text))
 
-    async def save_tool_session(self, session_id: str, state: JsonObject) -> None:
-        self.tool_sessions[session_id] = json.dumps(state)
+    async def save_tool_session(self, session_id: str, state: JsonObject, *, tenant: str) -> None:
+        self.tool_sessions[tenant, session_id] = json.dumps(state)
 
-    async def delete_tool_session(self, session_id: str) -> None:
-        self.tool_sessions.pop(session_id, None)
+    async def delete_tool_session(self, session_id: str, *, tenant: str) -> None:
+        self.tool_sessions.pop((tenant, session_id), None)
 
 
 class MemoryJobs:
     """An in-memory ``JobStore`` (``app.core.jobs``) with the SQL store's semantics (held to
-    them by tests/store/test_job_store_contract.py); what it returns are copies."""
+    them by tests/store/test_job_store_contract.py); what it returns are copies. Jobs are kept
+    by response id (each knows its tenant), their events and checkpoints by (tenant, id)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, BackgroundJob] = {}
-        self.events: dict[str, dict[int, JsonObject]] = {}
-        self.checkpoints: dict[str, JsonObject] = {}
+        self.events: dict[tuple[str, str], dict[int, JsonObject]] = {}
+        self.checkpoints: dict[tuple[str, str], JsonObject] = {}
 
     async def add_job(self, job: BackgroundJob, first_event: JsonObject) -> None:
         assert job.response_id not in self.jobs, "a job id is new"
         self.jobs[job.response_id] = copy.deepcopy(job)
-        self.events[job.response_id] = {0: copy.deepcopy(first_event)}
+        self.events[job.tenant, job.response_id] = {0: copy.deepcopy(first_event)}
 
-    async def get_job(self, response_id: str) -> BackgroundJob | None:
-        return copy.deepcopy(self.jobs.get(response_id))
-
-    def _active(self, response_id: str, owner: str | None) -> BackgroundJob | None:
+    def _job(self, response_id: str, tenant: str) -> BackgroundJob | None:
         job = self.jobs.get(response_id)
+        return job if job is not None and job.tenant == tenant else None
+
+    async def get_job(self, response_id: str, *, tenant: str) -> BackgroundJob | None:
+        return copy.deepcopy(self._job(response_id, tenant))
+
+    def _active(self, response_id: str, owner: str | None, tenant: str) -> BackgroundJob | None:
+        job = self._job(response_id, tenant)
         if job is None or not job.active or (owner is not None and job.owner != owner):
             return None
         return job
 
-    async def renew_lease(self, response_id: str, owner: str, lease_until: float) -> bool:
-        job = self._active(response_id, owner)
+    async def renew_lease(
+        self, response_id: str, owner: str, lease_until: float, *, tenant: str
+    ) -> bool:
+        job = self._active(response_id, owner, tenant)
         if job is not None:
             self.jobs[response_id] = dataclasses.replace(job, lease_until=lease_until)
         return job is not None
@@ -138,36 +146,42 @@ class MemoryJobs:
         response: JsonObject,
         now: int,
         events: Sequence[LoggedEvent] = (),
+        *,
+        tenant: str,
     ) -> bool:
-        job = self._active(response_id, owner)
+        job = self._active(response_id, owner, tenant)
         if job is not None:
             status = str(response["status"])
             finished = now if status in FINAL_STATUSES else job.finished_at
             if status in FINAL_STATUSES:
-                self.checkpoints.pop(response_id, None)
+                self.checkpoints.pop((tenant, response_id), None)
             self.jobs[response_id] = dataclasses.replace(
                 job, status=status, response=copy.deepcopy(response), finished_at=finished
             )
-            await self.append_events(response_id, events)
+            await self.append_events(response_id, events, tenant=tenant)
         return job is not None
 
-    async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
-        job = self._active(response_id, None)
+    async def cancel_job(
+        self, response_id: str, response: JsonObject, now: int, *, tenant: str
+    ) -> bool:
+        job = self._active(response_id, None, tenant)
         if job is not None:
-            self.checkpoints.pop(response_id, None)
+            self.checkpoints.pop((tenant, response_id), None)
             self.jobs[response_id] = dataclasses.replace(
                 job, status="cancelled", response=copy.deepcopy(response), finished_at=now
             )
         return job is not None
 
-    async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
-        job = self._active(response_id, owner)
+    async def save_checkpoint(
+        self, response_id: str, owner: str, checkpoint: JsonObject, *, tenant: str
+    ) -> bool:
+        job = self._active(response_id, owner, tenant)
         if job is not None:
-            self.checkpoints[response_id] = copy.deepcopy(checkpoint)
+            self.checkpoints[tenant, response_id] = copy.deepcopy(checkpoint)
         return job is not None
 
-    async def get_checkpoint(self, response_id: str) -> JsonObject | None:
-        return copy.deepcopy(self.checkpoints.get(response_id))
+    async def get_checkpoint(self, response_id: str, *, tenant: str) -> JsonObject | None:
+        return copy.deepcopy(self.checkpoints.get((tenant, response_id)))
 
     async def claim_lapsed(
         self, owner: str, now: float, lease_until: float, limit: int
@@ -182,111 +196,139 @@ class MemoryJobs:
             claimed.append(copy.deepcopy(job))
         return claimed
 
-    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
-        if self._active(response_id, owner) is None:
+    async def log_events(
+        self, response_id: str, owner: str, events: Sequence[LoggedEvent], *, tenant: str
+    ) -> bool:
+        if self._active(response_id, owner, tenant) is None:
             return False
-        await self.append_events(response_id, events)
+        await self.append_events(response_id, events, tenant=tenant)
         return True
 
-    async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
-        log = self.events.setdefault(response_id, {})
+    async def append_events(
+        self, response_id: str, events: Sequence[LoggedEvent], *, tenant: str
+    ) -> None:
+        log = self.events.setdefault((tenant, response_id), {})
         for logged in events:
             assert logged.sequence_number not in log, "a sequence number is logged once"
         for logged in events:
             log[logged.sequence_number] = copy.deepcopy(logged.event)
 
-    async def read_events(self, response_id: str, after: int, limit: int) -> list[LoggedEvent]:
-        log = self.events.get(response_id, {})
+    async def read_events(
+        self, response_id: str, after: int, limit: int, *, tenant: str
+    ) -> list[LoggedEvent]:
+        log = self.events.get((tenant, response_id), {})
         numbers = sorted(n for n in log if n > after)[:limit]
         return [LoggedEvent(n, copy.deepcopy(log[n])) for n in numbers]
 
-    async def last_sequence_number(self, response_id: str) -> int | None:
-        log = self.events.get(response_id)
+    async def last_sequence_number(self, response_id: str, *, tenant: str) -> int | None:
+        log = self.events.get((tenant, response_id))
         return max(log) if log else None
 
-    async def delete_job(self, response_id: str) -> bool:
-        self.events.pop(response_id, None)
-        self.checkpoints.pop(response_id, None)
-        return self.jobs.pop(response_id, None) is not None
+    async def delete_job(self, response_id: str, *, tenant: str) -> bool:
+        self.events.pop((tenant, response_id), None)
+        self.checkpoints.pop((tenant, response_id), None)
+        if self._job(response_id, tenant) is None:
+            return False
+        del self.jobs[response_id]
+        return True
 
     async def purge_finished(self, finished_before: int) -> int:
         purged = 0
         for job in self.jobs.values():
             if job.finished_at is not None and job.finished_at < finished_before:
-                purged += len(self.events.pop(job.response_id, {}))
+                purged += len(self.events.pop((job.tenant, job.response_id), {}))
         return purged
 
 
 class MemoryResponseStore(MemoryToolSessions, MemoryJobs):
     """An in-memory ResponseStore with the SQL store's semantics, for core unit tests (held to
     them by the contract suite, tests/store/test_store_contract_*.py); also a
-    ``ToolSessionStore`` (tests/store/test_tool_session_store_contract.py)."""
+    ``ToolSessionStore`` (tests/store/test_tool_session_store_contract.py). Responses and
+    conversations are kept by id (``tenants`` says whose each one is), items by (tenant, id)."""
 
     def __init__(self) -> None:
         MemoryToolSessions.__init__(self)
         MemoryJobs.__init__(self)
-        self.items: dict[str, JsonObject] = {}
+        self.items: dict[tuple[str, str], JsonObject] = {}
         self.responses: dict[str, StoredResponse] = {}
         self.conversations: dict[str, StoredConversation] = {}
         self.conversation_lists: dict[str, list[str]] = {}
+        self.tenants: dict[str, str] = {}  # response or conversation id -> its tenant
         self.saved: list[NewResponse] = []
 
-    async def get_response(self, response_id: str) -> StoredResponse | None:
-        return self.responses.get(response_id)
+    def _mine(self, object_id: str, tenant: str) -> bool:
+        """Whether the response or conversation ``object_id`` exists and is ``tenant``'s."""
+        return self.tenants.get(object_id) == tenant and (
+            object_id in self.responses or object_id in self.conversations
+        )
 
-    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
-        return [copy.deepcopy(self.items[i]) for i in item_ids if i in self.items]
+    async def get_response(self, response_id: str, *, tenant: str) -> StoredResponse | None:
+        return self.responses[response_id] if self._mine(response_id, tenant) else None
 
-    async def existing_item_ids(self, item_ids: list[str]) -> set[str]:
-        return {i for i in item_ids if i in self.items}
+    async def load_items(self, item_ids: list[str], *, tenant: str) -> list[JsonObject]:
+        items = self.items
+        return [copy.deepcopy(items[tenant, i]) for i in item_ids if (tenant, i) in items]
 
-    async def save_response(self, new: NewResponse) -> None:
+    async def existing_item_ids(self, item_ids: list[str], *, tenant: str) -> set[str]:
+        return {i for i in item_ids if (tenant, i) in self.items}
+
+    async def save_response(self, new: NewResponse, *, tenant: str) -> None:
         response = new.response
         output_ids = [str(item["id"]) for item in response.get("output") or ()]
-        if new.conversation_id is not None and new.conversation_id not in self.conversations:
-            raise ConversationNotFoundError(new.conversation_id)
+        conversation_id = new.conversation_id
+        if conversation_id is not None and not self._mine(conversation_id, tenant):
+            raise ConversationNotFoundError(conversation_id)
         for item in new.new_items:
-            self.items.setdefault(str(item["id"]), copy.deepcopy(item))
+            self.items.setdefault((tenant, str(item["id"])), copy.deepcopy(item))
         self.responses[response["id"]] = StoredResponse(
             id=response["id"],
             response=copy.deepcopy(response),
             checkpoint_ids=[*new.history_ids, *new.input_item_ids, *output_ids],
             input_item_ids=list(new.input_item_ids),
-            conversation_id=new.conversation_id,
+            conversation_id=conversation_id,
             created_at=int(response.get("created_at") or time.time()),
             root_id=new.root_id or str(response["id"]),
         )
-        if new.conversation_id is not None:
-            self.conversation_lists[new.conversation_id] += [*new.input_item_ids, *output_ids]
+        self.tenants[response["id"]] = tenant
+        if conversation_id is not None:
+            self.conversation_lists[conversation_id] += [*new.input_item_ids, *output_ids]
         self.saved.append(new)
 
-    async def delete_response(self, response_id: str) -> bool:
-        return self.responses.pop(response_id, None) is not None
+    async def delete_response(self, response_id: str, *, tenant: str) -> bool:
+        if not self._mine(response_id, tenant):
+            return False
+        del self.responses[response_id]
+        return True
 
     async def list_input_items(
-        self, response_id: str, *, after: str | None, limit: int, order: str
+        self, response_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
-        stored = self.responses.get(response_id)
+        stored = await self.get_response(response_id, tenant=tenant)
         if stored is None:
             return None
-        return _page(await self.load_items(stored.input_item_ids), after, limit, order)
+        items = await self.load_items(stored.input_item_ids, tenant=tenant)
+        return _page(items, after, limit, order)
 
     async def create_conversation(
-        self, metadata: dict[str, str], items: list[JsonObject]
+        self, metadata: dict[str, str], items: list[JsonObject], *, tenant: str
     ) -> StoredConversation:
         conversation = StoredConversation(new_id("conv"), int(time.time()), dict(metadata))
         self.conversations[conversation.id] = conversation
         self.conversation_lists[conversation.id] = []
-        await self.append_conversation_items(conversation.id, items)
+        self.tenants[conversation.id] = tenant
+        await self.append_conversation_items(conversation.id, items, tenant=tenant)
         return conversation
 
-    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
-        return self.conversations.get(conversation_id)
+    async def get_conversation(
+        self, conversation_id: str, *, tenant: str
+    ) -> StoredConversation | None:
+        mine = self._mine(conversation_id, tenant)
+        return self.conversations.get(conversation_id) if mine else None
 
     async def update_conversation(
-        self, conversation_id: str, metadata: dict[str, str]
+        self, conversation_id: str, metadata: dict[str, str], *, tenant: str
     ) -> StoredConversation | None:
-        old = self.conversations.get(conversation_id)
+        old = await self.get_conversation(conversation_id, tenant=tenant)
         if old is None:
             return None
         self.conversations[conversation_id] = StoredConversation(
@@ -294,43 +336,54 @@ class MemoryResponseStore(MemoryToolSessions, MemoryJobs):
         )
         return self.conversations[conversation_id]
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
+    async def delete_conversation(self, conversation_id: str, *, tenant: str) -> bool:
+        if await self.get_conversation(conversation_id, tenant=tenant) is None:
+            return False
         self.conversation_lists.pop(conversation_id, None)
-        await self.delete_tool_session(conversation_id)
-        return self.conversations.pop(conversation_id, None) is not None
+        await self.delete_tool_session(conversation_id, tenant=tenant)
+        del self.conversations[conversation_id]
+        return True
 
-    async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:
-        if conversation_id not in self.conversations:
+    async def conversation_items(
+        self, conversation_id: str, *, tenant: str
+    ) -> list[JsonObject] | None:
+        if await self.get_conversation(conversation_id, tenant=tenant) is None:
             return None
-        return await self.load_items(self.conversation_lists[conversation_id])
+        return await self.load_items(self.conversation_lists[conversation_id], tenant=tenant)
 
     async def append_conversation_items(
-        self, conversation_id: str, items: list[JsonObject]
+        self, conversation_id: str, items: list[JsonObject], *, tenant: str
     ) -> list[JsonObject] | None:
-        if conversation_id not in self.conversations:
+        if await self.get_conversation(conversation_id, tenant=tenant) is None:
             return None
         ids = [str(item["id"]) for item in items]
         if set(ids) & set(self.conversation_lists[conversation_id]):
             raise ItemAlreadyInConversationError(conversation_id)
         for item in items:
-            self.items.setdefault(str(item["id"]), copy.deepcopy(item))
+            self.items.setdefault((tenant, str(item["id"])), copy.deepcopy(item))
         self.conversation_lists[conversation_id] += ids
-        return await self.load_items(ids)
+        return await self.load_items(ids, tenant=tenant)
 
     async def list_conversation_items(
-        self, conversation_id: str, *, after: str | None, limit: int, order: str
+        self, conversation_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
-        items = await self.conversation_items(conversation_id)
+        items = await self.conversation_items(conversation_id, tenant=tenant)
         return None if items is None else _page(items, after, limit, order)
 
-    async def get_conversation_item(self, conversation_id: str, item_id: str) -> JsonObject | None:
+    async def get_conversation_item(
+        self, conversation_id: str, item_id: str, *, tenant: str
+    ) -> JsonObject | None:
+        if not self._mine(conversation_id, tenant):
+            return None
         if item_id not in self.conversation_lists.get(conversation_id, []):
             return None
-        return copy.deepcopy(self.items[item_id])
+        return copy.deepcopy(self.items[tenant, item_id])
 
-    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
+    async def delete_conversation_item(
+        self, conversation_id: str, item_id: str, *, tenant: str
+    ) -> bool:
         ids = self.conversation_lists.get(conversation_id, [])
-        if item_id not in ids:
+        if not self._mine(conversation_id, tenant) or item_id not in ids:
             return False
         self.conversation_lists[conversation_id] = [i for i in ids if i != item_id]
         return True

@@ -245,10 +245,10 @@ async def test_0003_upgrades_a_0002_database_and_downgrades_to_it(database_url: 
     assert await _inspect(database_url, _schema_diff) == []
     store = SqlResponseStore(create_engine_for(database_url))
     try:
-        old = await store.get_response("resp_old")
+        old = await store.get_response("resp_old", tenant=DEFAULT_TENANT)
         assert old is not None and old.root_id == "resp_old"  # NULL: its own root
-        await store.save_tool_session("resp_old", {"history": []})
-        assert await store.load_tool_session("resp_old") == {"history": []}
+        await store.save_tool_session("resp_old", {"history": []}, tenant=DEFAULT_TENANT)
+        assert await store.load_tool_session("resp_old", tenant=DEFAULT_TENANT) == {"history": []}
     finally:
         await store.aclose()
     assert await downgrade_to(database_url, "0002") == "0002"
@@ -346,6 +346,102 @@ async def test_0007_gives_0005_rows_to_the_default_tenant(database_url: str) -> 
             await engine.dispose()
         for word in ("heron", "egret"):
             assert await _count(database_url, f"chunks_fts WHERE chunks_fts MATCH '{word}'") == 1
+
+
+# A database of release 0005 with a row in every table that 0006 gives a tenant.
+ROWS_AT_0005 = (
+    "INSERT INTO items (id, type, schema_version, created_at, payload) VALUES ('msg_1', "
+    '\'message\', 1, 1, \'{"id": "msg_1", "type": "message", "role": "user", '
+    '"content": [{"type": "input_text", "text": "old"}]}\')',
+    "INSERT INTO responses (id, created_at, status, model, checkpoint_ids, input_item_ids, "
+    "response, root_id) VALUES ('resp_old', 1, 'completed', 'm', '[\"msg_1\"]', "
+    "'[\"msg_1\"]', '{\"id\": \"resp_old\"}', 'resp_old')",
+    "INSERT INTO conversations (id, created_at, metadata, next_position) "
+    "VALUES ('conv_old', 1, '{}', 1)",
+    "INSERT INTO conversation_items (conversation_id, position, item_id) "
+    "VALUES ('conv_old', 0, 'msg_1')",
+    "INSERT INTO tool_sessions (session_id, state, created_at, updated_at) "
+    "VALUES ('conv_old', '{\"history\": []}', 1, 1)",
+    "INSERT INTO background_jobs (response_id, status, request, response, resumable, owner, "
+    "lease_until, attempts, created_at, finished_at) VALUES ('resp_bg', 'completed', '{}', "
+    '\'{"id": "resp_bg", "status": "completed"}\', true, NULL, 0, 1, 1, 2)',
+    "INSERT INTO background_events (response_id, sequence_number, event) "
+    "VALUES ('resp_bg', 0, '{\"type\": \"response.created\"}')",
+)
+TENANT_TABLES = (
+    "items",
+    "responses",
+    "conversations",
+    "conversation_items",
+    "tool_sessions",
+    "background_jobs",
+    "background_events",
+)
+
+
+async def _execute(url: str, *statements: str) -> None:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.begin() as connection:
+            for statement in statements:
+                await connection.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
+async def _tenants(url: str, table: str) -> set[str]:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as connection:
+            rows = await connection.execute(text(f"SELECT DISTINCT tenant FROM {table}"))
+            return {row[0] for row in rows}
+    finally:
+        await engine.dispose()
+
+
+async def test_0006_gives_the_rows_of_a_0005_database_to_the_default_tenant(
+    database_url: str,
+) -> None:
+    await _upgrade_to(database_url, "0005")
+    await _execute(database_url, *ROWS_AT_0005)
+
+    assert await upgrade_to_head(database_url) == HEAD
+
+    assert await _inspect(database_url, _schema_diff) == []
+    for table in TENANT_TABLES:
+        assert await _tenants(database_url, table) == {DEFAULT_TENANT}, table
+    store = SqlResponseStore(create_engine_for(database_url))
+    try:
+        old = await store.get_response("resp_old", tenant=DEFAULT_TENANT)
+        assert old is not None and old.checkpoint_ids == ["msg_1"]
+        [item] = await store.load_items(old.checkpoint_ids, tenant=DEFAULT_TENANT)
+        assert item["content"][0]["text"] == "old"
+        assert await store.conversation_items("conv_old", tenant=DEFAULT_TENANT) == [item]
+        assert await store.load_tool_session("conv_old", tenant=DEFAULT_TENANT) == {"history": []}
+        job = await store.get_job("resp_bg", tenant=DEFAULT_TENANT)
+        assert job is not None and job.status == "completed" and job.tenant == DEFAULT_TENANT
+        assert len(await store.read_events("resp_bg", -1, 10, tenant=DEFAULT_TENANT)) == 1
+        # nothing of it is another tenant's, who may now store its own msg_1
+        assert await store.get_response("resp_old", tenant="acme") is None
+        assert await store.conversation_items("conv_old", tenant="acme") is None
+        assert await store.get_job("resp_bg", tenant="acme") is None
+        mine = {**item, "content": [{"type": "input_text", "text": "acme's"}]}
+        conversation = await store.create_conversation({}, [mine], tenant="acme")
+        assert await store.conversation_items(conversation.id, tenant="acme") == [mine]
+        assert await store.load_items(["msg_1"], tenant=DEFAULT_TENANT) == [item]
+    finally:
+        await store.aclose()
+
+    # Back to 0005 only while no other tenant's rows exist (they would become everyone's).
+    with pytest.raises(DatabaseError, match="acme"):
+        await downgrade_to(database_url, "0005")
+    await _execute(
+        database_url,
+        *(f"DELETE FROM {table} WHERE tenant = 'acme'" for table in TENANT_TABLES),
+    )
+    assert await downgrade_to(database_url, "0005") == "0005"
+    for table in TENANT_TABLES:
+        assert await _count(database_url, table) == 1, table
 
 
 async def test_migrate_switches_embeddings_to_pgvector_once_installed(postgres_url: str) -> None:

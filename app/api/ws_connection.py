@@ -56,64 +56,72 @@ class StoreDelegate:
     def __init__(self, store: ResponseStore) -> None:
         self._store = store
 
-    async def get_response(self, response_id: str) -> StoredResponse | None:
-        return await self._store.get_response(response_id)
+    async def get_response(self, response_id: str, *, tenant: str) -> StoredResponse | None:
+        return await self._store.get_response(response_id, tenant=tenant)
 
-    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
-        return await self._store.load_items(item_ids)
+    async def load_items(self, item_ids: list[str], *, tenant: str) -> list[JsonObject]:
+        return await self._store.load_items(item_ids, tenant=tenant)
 
-    async def save_response(self, new: NewResponse) -> None:
-        await self._store.save_response(new)
+    async def save_response(self, new: NewResponse, *, tenant: str) -> None:
+        await self._store.save_response(new, tenant=tenant)
 
-    async def existing_item_ids(self, item_ids: list[str]) -> set[str]:
-        return await self._store.existing_item_ids(item_ids)
+    async def existing_item_ids(self, item_ids: list[str], *, tenant: str) -> set[str]:
+        return await self._store.existing_item_ids(item_ids, tenant=tenant)
 
-    async def delete_response(self, response_id: str) -> bool:
-        return await self._store.delete_response(response_id)
+    async def delete_response(self, response_id: str, *, tenant: str) -> bool:
+        return await self._store.delete_response(response_id, tenant=tenant)
 
     async def list_input_items(
-        self, response_id: str, *, after: str | None, limit: int, order: str
+        self, response_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         return await self._store.list_input_items(
-            response_id, after=after, limit=limit, order=order
+            response_id, tenant=tenant, after=after, limit=limit, order=order
         )
 
     async def create_conversation(
-        self, metadata: dict[str, str], items: list[JsonObject]
+        self, metadata: dict[str, str], items: list[JsonObject], *, tenant: str
     ) -> StoredConversation:
-        return await self._store.create_conversation(metadata, items)
+        return await self._store.create_conversation(metadata, items, tenant=tenant)
 
-    async def get_conversation(self, conversation_id: str) -> StoredConversation | None:
-        return await self._store.get_conversation(conversation_id)
+    async def get_conversation(
+        self, conversation_id: str, *, tenant: str
+    ) -> StoredConversation | None:
+        return await self._store.get_conversation(conversation_id, tenant=tenant)
 
     async def update_conversation(
-        self, conversation_id: str, metadata: dict[str, str]
+        self, conversation_id: str, metadata: dict[str, str], *, tenant: str
     ) -> StoredConversation | None:
-        return await self._store.update_conversation(conversation_id, metadata)
+        return await self._store.update_conversation(conversation_id, metadata, tenant=tenant)
 
-    async def delete_conversation(self, conversation_id: str) -> bool:
-        return await self._store.delete_conversation(conversation_id)
+    async def delete_conversation(self, conversation_id: str, *, tenant: str) -> bool:
+        return await self._store.delete_conversation(conversation_id, tenant=tenant)
 
-    async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:
-        return await self._store.conversation_items(conversation_id)
+    async def conversation_items(
+        self, conversation_id: str, *, tenant: str
+    ) -> list[JsonObject] | None:
+        return await self._store.conversation_items(conversation_id, tenant=tenant)
 
     async def append_conversation_items(
-        self, conversation_id: str, items: list[JsonObject]
+        self, conversation_id: str, items: list[JsonObject], *, tenant: str
     ) -> list[JsonObject] | None:
-        return await self._store.append_conversation_items(conversation_id, items)
+        return await self._store.append_conversation_items(conversation_id, items, tenant=tenant)
 
     async def list_conversation_items(
-        self, conversation_id: str, *, after: str | None, limit: int, order: str
+        self, conversation_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         return await self._store.list_conversation_items(
-            conversation_id, after=after, limit=limit, order=order
+            conversation_id, tenant=tenant, after=after, limit=limit, order=order
         )
 
-    async def get_conversation_item(self, conversation_id: str, item_id: str) -> JsonObject | None:
-        return await self._store.get_conversation_item(conversation_id, item_id)
+    async def get_conversation_item(
+        self, conversation_id: str, item_id: str, *, tenant: str
+    ) -> JsonObject | None:
+        return await self._store.get_conversation_item(conversation_id, item_id, tenant=tenant)
 
-    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool:
-        return await self._store.delete_conversation_item(conversation_id, item_id)
+    async def delete_conversation_item(
+        self, conversation_id: str, item_id: str, *, tenant: str
+    ) -> bool:
+        return await self._store.delete_conversation_item(conversation_id, item_id, tenant=tenant)
 
     async def aclose(self) -> None:
         """The real store belongs to the application, not to the connection."""
@@ -121,10 +129,13 @@ class StoreDelegate:
 
 
 class ConnectionStore(StoreDelegate):
-    """A ``ResponseStore`` for one connection: its last response first, then ``store``."""
+    """A ``ResponseStore`` for one connection: its last response first, then ``store``. The
+    connection's memory is its tenant's (``tenant``, the principal of the WebSocket): a read
+    for another tenant goes to the store only."""
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, tenant: str) -> None:
         super().__init__(store)
+        self._tenant = tenant
         self._last: StoredResponse | None = None
         # Items of the last response's checkpoint, and what this turn read, by id.
         self._items: dict[str, JsonObject] = {}
@@ -172,21 +183,26 @@ class ConnectionStore(StoreDelegate):
 
     # ----------------------------------------------------------- read-through
 
-    async def get_response(self, response_id: str) -> StoredResponse | None:
+    async def get_response(self, response_id: str, *, tenant: str) -> StoredResponse | None:
         last = self._last
-        if last is not None and last.id == response_id:
+        if last is not None and last.id == response_id and tenant == self._tenant:
             return last
-        return await self._store.get_response(response_id)
+        return await self._store.get_response(response_id, tenant=tenant)
 
-    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
+    async def load_items(self, item_ids: list[str], *, tenant: str) -> list[JsonObject]:
+        if tenant != self._tenant:
+            return await self._store.load_items(item_ids, tenant=tenant)
         known = self._items
         missing = [item_id for item_id in item_ids if item_id not in known]
         if missing:
-            for item in await self._store.load_items(missing):
+            for item in await self._store.load_items(missing, tenant=tenant):
                 known[str(item["id"])] = item
         return [known[item_id] for item_id in item_ids if item_id in known]
 
-    async def save_response(self, new: NewResponse) -> None:
+    async def save_response(self, new: NewResponse, *, tenant: str) -> None:
+        if tenant != self._tenant:
+            await self._store.save_response(new, tenant=tenant)
+            return
         writing = {str(item["id"]) for item in new.new_items}
         referenced = [*new.history_ids, *new.input_item_ids]
         carried = [
@@ -196,7 +212,7 @@ class ConnectionStore(StoreDelegate):
         ]
         if carried:
             new = dataclasses.replace(new, new_items=[*carried, *new.new_items])
-        await self._store.save_response(new)
+        await self._store.save_response(new, tenant=tenant)
         response = new.response
         output_ids = [str(item["id"]) for item in response.get("output") or []]
         self._items.update((str(item["id"]), item) for item in new.new_items)
@@ -211,10 +227,10 @@ class ConnectionStore(StoreDelegate):
             root_id=new.root_id or str(response["id"]),
         )
 
-    async def delete_response(self, response_id: str) -> bool:
-        if self.last_response_id == response_id:
+    async def delete_response(self, response_id: str, *, tenant: str) -> bool:
+        if self.last_response_id == response_id and tenant == self._tenant:
             self.evict()
-        return await self._store.delete_response(response_id)
+        return await self._store.delete_response(response_id, tenant=tenant)
 
 
 class WarmupUpstream:

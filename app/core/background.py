@@ -40,6 +40,10 @@
   A job whose process died while the upstream was answering (no call started since the last
   checkpoint) re-runs that round.
 
+Every job is its tenant's (``core.tenancy``): ``get``, ``stream``, ``cancel`` and ``delete``
+take the caller's tenant and answer another tenant's response as an unknown one (404), without
+touching its run; a job taken over keeps its tenant, so its run reads and stores under it.
+
 Several processes on one database share jobs through the store; the signals (PostgreSQL
 ``LISTEN/NOTIFY``, Redis pub/sub) only make them prompt: every log write publishes ``events``
 (``SignalledJobs``), every cancel and delete ``cancelled``.
@@ -51,7 +55,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import socket
 import time
 import uuid
@@ -60,6 +63,7 @@ from dataclasses import dataclass
 
 from app.core.checkpoint import LoopCheckpoint
 from app.core.ids import new_id
+from app.core.job_restart import unsafe_to_restart
 from app.core.job_runner import JobContext, JobRun, is_terminal
 from app.core.job_signals import CANCELLED, JobSignalling, JobSignals, SignalledJobs, wait_at_most
 from app.core.jobs import BackgroundJob, JobStore, LoggedEvent
@@ -78,9 +82,6 @@ NOT_BACKGROUND_STREAM = (
     "This response cannot be streamed because it was not created with background=true."
 )
 NOT_BACKGROUND_CANCEL = "Only responses created with background=true can be cancelled."
-# Gateway tool calls that ran (``response.mcp_call.completed`` …): a job that logged one is not
-# restarted, so that no tool call runs twice.
-_TOOL_RAN = re.compile(r"^response\.(?!function_call)\w+_call\.(completed|failed)$")
 _READ_BATCH = 500
 _CLAIM_BATCH = 16
 
@@ -166,7 +167,7 @@ class BackgroundResponses:
         await self._signalling.aclose()
         for run in list(self._runs.values()):
             await run.stop()
-            await self.jobs.renew_lease(run.response_id, self.owner, 0.0)
+            await self.jobs.renew_lease(run.response_id, self.owner, 0.0, tenant=run.tenant)
             await run.release()
 
     async def _sweep_forever(self) -> None:
@@ -201,9 +202,10 @@ class BackgroundResponses:
             lease_until=self._clock() + self.options.lease_seconds,
             attempts=1,
             created_at=created_at,
+            tenant=request.tenant,
         )
         await self.jobs.add_job(job, first)
-        run = self._new_run(response_id, queued, first=1)
+        run = self._new_run(response_id, queued, first=1, tenant=request.tenant)
         run.events.append(first)
         run.logged_from = 0
         run.start(_streamed(request), headers)
@@ -219,10 +221,12 @@ class BackgroundResponses:
     ) -> AsyncIterator[JsonObject]:
         """``background: true, stream: true``: the events from number 0, as they are logged."""
         run = await self._queue(request, headers)
-        return self._follow(run.response_id, -1)
+        return self._follow(run.response_id, -1, request.tenant)
 
-    def _new_run(self, response_id: str, snapshot: JsonObject, *, first: int) -> JobRun:
-        run = JobRun(self._context, response_id, snapshot, first)
+    def _new_run(
+        self, response_id: str, snapshot: JsonObject, *, first: int, tenant: str
+    ) -> JobRun:
+        run = JobRun(self._context, response_id, snapshot, first, tenant)
         run.on_done = self._forget
         self._runs[response_id] = run
         return run
@@ -230,39 +234,47 @@ class BackgroundResponses:
     def _forget(self, response_id: str) -> None:
         self._runs.pop(response_id, None)
 
+    def _run_of(self, response_id: str, tenant: str) -> JobRun | None:
+        """This process's run of ``tenant``'s response (another tenant's run is not named)."""
+        run = self._runs.get(response_id)
+        return run if run is not None and run.tenant == tenant else None
+
     # ------------------------------------------------------------------ retrieve
 
-    async def get(self, response_id: str) -> JsonObject:
+    async def get(self, response_id: str, *, tenant: str) -> JsonObject:
         try:
-            return await self._service.get(response_id)
+            return await self._service.get(response_id, tenant=tenant)
         except NotFoundError:
-            job = await self.jobs.get_job(response_id)
+            job = await self.jobs.get_job(response_id, tenant=tenant)
             if job is None:
                 raise
             return job.response
 
-    async def stream(self, response_id: str, starting_after: int) -> AsyncIterator[JsonObject]:
+    async def stream(
+        self, response_id: str, starting_after: int, *, tenant: str
+    ) -> AsyncIterator[JsonObject]:
         """``GET /v1/responses/{id}?stream=true``; raises before the stream starts."""
-        job = await self.jobs.get_job(response_id)
+        job = await self.jobs.get_job(response_id, tenant=tenant)
         if job is None:
-            await self._service.get(response_id)  # unknown: 404
+            await self._service.get(response_id, tenant=tenant)  # unknown: 404
             raise InvalidRequestError(NOT_BACKGROUND_STREAM, param="stream")
-        if not job.active and await self.jobs.last_sequence_number(response_id) is None:
+        last = await self.jobs.last_sequence_number(response_id, tenant=tenant)
+        if not job.active and last is None:
             minutes = self.options.event_retention_seconds / 60
             raise InvalidRequestError(
                 "This response can no longer be streamed because it finished more than "
                 f"{minutes:g} minutes ago.",
                 param="stream",
             )
-        return self._follow(response_id, starting_after)
+        return self._follow(response_id, starting_after, tenant)
 
-    async def _follow(self, response_id: str, after: int) -> AsyncIterator[JsonObject]:
+    async def _follow(self, response_id: str, after: int, tenant: str) -> AsyncIterator[JsonObject]:
         last = after
-        run = self._runs.get(response_id)
+        run = self._run_of(response_id, tenant)
         if run is not None:
             # What earlier runs logged (a run taken over starts after them): from the log.
             while last < run.logged_from - 1:
-                earlier = await self.jobs.read_events(response_id, last, _READ_BATCH)
+                earlier = await self.jobs.read_events(response_id, last, _READ_BATCH, tenant=tenant)
                 earlier = [e for e in earlier if e.sequence_number < run.logged_from]
                 if not earlier:
                     break
@@ -280,7 +292,7 @@ class BackgroundResponses:
         with self._signalling.watch(response_id) as woken:
             while True:
                 woken.clear()
-                logged = await self.jobs.read_events(response_id, last, _READ_BATCH)
+                logged = await self.jobs.read_events(response_id, last, _READ_BATCH, tenant=tenant)
                 for entry in logged:
                     yield entry.event
                     last = entry.sequence_number
@@ -290,11 +302,11 @@ class BackgroundResponses:
                     if len(logged) < _READ_BATCH and not woken.is_set():
                         await wait_at_most(woken, self._poll)
                     continue
-                job = await self.jobs.get_job(response_id)
+                job = await self.jobs.get_job(response_id, tenant=tenant)
                 if job is None or (not job.active and settled):
                     return
                 settled = not job.active  # one more read: the terminal event may be on its way
-                local = self._runs.get(response_id)
+                local = self._run_of(response_id, tenant)
                 if local is not None:
                     async for event in local.follow(last):
                         yield event
@@ -306,54 +318,56 @@ class BackgroundResponses:
 
     # ------------------------------------------------------------------ cancel
 
-    async def cancel(self, response_id: str) -> JsonObject:
-        job = await self.jobs.get_job(response_id)
+    async def cancel(self, response_id: str, *, tenant: str) -> JsonObject:
+        job = await self.jobs.get_job(response_id, tenant=tenant)
         if job is None:
-            await self._service.get(response_id)  # unknown: 404
+            await self._service.get(response_id, tenant=tenant)  # unknown: 404
             raise InvalidRequestError(NOT_BACKGROUND_CANCEL, param="response_id")
-        stored = await self._service.store.get_response(response_id)
+        store = self._service.store
+        stored = await store.get_response(response_id, tenant=tenant)
         if not job.active or stored is not None:  # finished (stored, or finishing): unchanged
             return stored.response if stored is not None else job.response
-        run = self._runs.get(response_id)
+        run = self._run_of(response_id, tenant)
         if run is not None:
             await run.stop()
         snapshot = run.snapshot if run is not None else job.response
         cancelled: JsonObject = {**snapshot, "status": "cancelled", "completed_at": None}
-        if not await self.jobs.cancel_job(response_id, cancelled, int(self._clock())):
+        now = int(self._clock())
+        if not await self.jobs.cancel_job(response_id, cancelled, now, tenant=tenant):
             if run is not None:
                 await run.release()
-            return await self.get(response_id)  # it finished first
-        await self._service.store.delete_response(response_id)
+            return await self.get(response_id, tenant=tenant)  # it finished first
+        await store.delete_response(response_id, tenant=tenant)
         if run is not None:
             await run.close_with(cancelled)
         else:
-            closing = await self._after_last(response_id, lambda lc: [lc.closing(cancelled)])
-            await self.jobs.append_events(response_id, closing)
+            closing = await self._after_last(job, lambda lc: [lc.closing(cancelled)])
+            await self.jobs.append_events(response_id, closing, tenant=tenant)
             # After the closing event: the owner stops without logging after it.
             self._signalling.publish(CANCELLED, response_id)
         return cancelled
 
     async def _after_last(
-        self, response_id: str, build: Callable[[ResponseLifecycle], list[JsonObject]]
+        self, job: BackgroundJob, build: Callable[[ResponseLifecycle], list[JsonObject]]
     ) -> list[LoggedEvent]:
-        """The events ``build`` makes, numbered after the last logged one."""
-        last = await self.jobs.last_sequence_number(response_id)
+        """The events ``build`` makes, numbered after the last one logged for ``job``."""
+        last = await self.jobs.last_sequence_number(job.response_id, tenant=job.tenant)
         events = build(ResponseLifecycle(0 if last is None else last + 1))
         return [LoggedEvent(int(e["sequence_number"]), e) for e in events]
 
-    async def delete(self, response_id: str) -> JsonObject:
+    async def delete(self, response_id: str, *, tenant: str) -> JsonObject:
         """``DELETE /v1/responses/{id}``: a background response's job and log go with it (a
         run of this process is stopped first)."""
-        run = self._runs.get(response_id)
+        run = self._run_of(response_id, tenant)
         if run is not None:
             await run.stop()
-        had_job = await self.jobs.delete_job(response_id)
+        had_job = await self.jobs.delete_job(response_id, tenant=tenant)
         if run is not None:
             await run.release()
         elif had_job:
             self._signalling.publish(CANCELLED, response_id)
         try:
-            return await self._service.delete(response_id)
+            return await self._service.delete(response_id, tenant=tenant)
         except NotFoundError:
             if not had_job:
                 raise
@@ -378,52 +392,27 @@ class BackgroundResponses:
         return len(claimed)
 
     async def _take_over(self, job: BackgroundJob) -> None:
-        response_id = job.response_id
+        response_id, tenant = job.response_id, job.tenant
         logger.info("taking over background job %s (attempt %d)", response_id, job.attempts)
-        stored = await self._service.store.get_response(response_id)
+        stored = await self._service.store.get_response(response_id, tenant=tenant)
         if stored is not None:  # its run stored the response, then stopped
             final = stored.response
-            closing = await self._after_last(response_id, lambda lc: [lc.closing(final)])
-            await self.jobs.update_job(response_id, self.owner, final, int(self._clock()), closing)
+            closing = await self._after_last(job, lambda lc: [lc.closing(final)])
+            now = int(self._clock())
+            await self.jobs.update_job(response_id, self.owner, final, now, closing, tenant=tenant)
             return
-        saved = await self.jobs.get_checkpoint(response_id)
+        saved = await self.jobs.get_checkpoint(response_id, tenant=tenant)
         checkpoint = None if saved is None else LoopCheckpoint.from_json(saved)
-        reason = await self._unsafe_to_restart(job, checkpoint)
+        reason = await unsafe_to_restart(self.jobs, job, checkpoint, self.options.max_attempts)
         if reason is not None:
             await self._fail(job, reason)
             return
-        last = await self.jobs.last_sequence_number(response_id)
+        last = await self.jobs.last_sequence_number(response_id, tenant=tenant)
         output = [] if checkpoint is None else checkpoint.output
         queued = {**job.response, "status": "queued", "output": output}
-        run = self._new_run(response_id, queued, first=(last or 0) + 1)
-        request = ParsedRequest.from_body({**job.request, "stream": True})
+        run = self._new_run(response_id, queued, first=(last or 0) + 1, tenant=tenant)
+        request = ParsedRequest.from_body({**job.request, "stream": True}, tenant)
         run.start(request, {}, resume_from=checkpoint)
-
-    async def _unsafe_to_restart(
-        self, job: BackgroundJob, checkpoint: LoopCheckpoint | None
-    ) -> str | None:
-        """Why ``job`` cannot be restarted (from ``checkpoint`` when there is one); None when
-        it can (the module docstring's rule)."""
-        if not job.resumable:
-            return "its request carried tool credentials, which the gateway never stores"
-        if job.attempts > self.options.max_attempts:
-            return f"it was started {self.options.max_attempts} times"
-        if checkpoint is not None and checkpoint.calls_started:
-            return (
-                "it had started tool calls after its last completed tool round, and that "
-                "round, run again, could run them twice"
-            )
-        after = -1 if checkpoint is None else checkpoint.sequence_number
-        while logged := await self.jobs.read_events(job.response_id, after, _READ_BATCH):
-            if any(_TOOL_RAN.match(str(e.event.get("type"))) for e in logged):
-                if checkpoint is None:
-                    return "it had already run tool calls, which are never run twice"
-                return (
-                    "it had run tool calls after its last completed tool round, and that "
-                    "round, run again, could run them twice"
-                )
-            after = logged[-1].sequence_number
-        return None
 
     async def _fail(self, job: BackgroundJob, reason: str) -> None:
         message = (
@@ -432,11 +421,14 @@ class BackgroundResponses:
         )
         error: JsonObject = {"code": "server_error", "message": message}
         failed: JsonObject = {**job.response, "status": "failed", "error": error}
-        closing = await self._after_last(job.response_id, lambda lc: lc.failure(error, failed))
-        await self.jobs.update_job(job.response_id, self.owner, failed, int(self._clock()), closing)
+        closing = await self._after_last(job, lambda lc: lc.failure(error, failed))
+        now = int(self._clock())
+        await self.jobs.update_job(
+            job.response_id, self.owner, failed, now, closing, tenant=job.tenant
+        )
 
 
 def _streamed(request: ParsedRequest) -> ParsedRequest:
     """The request as a background run sends it: always streamed (its events are logged)."""
     body = {**request.body, "stream": True}
-    return ParsedRequest(request.params.model_copy(update={"stream": True}), body)
+    return ParsedRequest(request.params.model_copy(update={"stream": True}), body, request.tenant)

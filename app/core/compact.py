@@ -132,9 +132,15 @@ class Compactor:
         return isinstance(upstream, NativeCompactor) and upstream.compacts_natively(model)
 
     async def compact(
-        self, request: CompactRequest, body: JsonObject, headers: Mapping[str, str]
+        self,
+        request: CompactRequest,
+        body: JsonObject,
+        headers: Mapping[str, str],
+        *,
+        tenant: str,
     ) -> JsonObject:
-        """``POST /v1/responses/compact``: OpenAI's ``response.compaction`` object."""
+        """``POST /v1/responses/compact``: OpenAI's ``response.compaction`` object (its
+        ``previous_response_id`` and item references are ``tenant``'s)."""
         lowering = self.lowering(request.model)
         upstream = self.upstream
         native = lowering.native and isinstance(upstream, NativeCompactor)
@@ -149,6 +155,7 @@ class Compactor:
                 input=request.input,
                 previous_response_id=request.previous_response_id,
             ),
+            tenant=tenant,
         )
         lowering.check(history.input_items, "input")
         lowered = lowering.lower_split(

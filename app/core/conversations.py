@@ -3,7 +3,9 @@
 Items added to a conversation get OpenAI's canonical shape and ids from ``core.history`` (a
 client-chosen id must carry its type's prefix; an id that is already stored is a reference to
 that item, whose stored payload is what the conversation holds). Responses created with
-``conversation`` are appended by ``ResponsesService``, not here.
+``conversation`` are appended by ``ResponsesService``, not here. Every method acts for the
+caller's ``tenant`` (``core.tenancy``): another tenant's conversation or item answers as an
+unknown one does.
 """
 
 from __future__ import annotations
@@ -22,35 +24,45 @@ class ConversationsService:
 
     # ------------------------------------------------------------------ conversations
 
-    async def create(self, metadata: dict[str, str], raw_items: list[JsonObject]) -> JsonObject:
-        items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True)
-        conversation = await self.store.create_conversation(metadata, items)
+    async def create(
+        self, metadata: dict[str, str], raw_items: list[JsonObject], *, tenant: str
+    ) -> JsonObject:
+        items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True, tenant=tenant)
+        conversation = await self.store.create_conversation(metadata, items, tenant=tenant)
         return conversation.to_object()
 
-    async def get(self, conversation_id: str) -> JsonObject:
-        conversation = await self.store.get_conversation(conversation_id)
+    async def get(self, conversation_id: str, *, tenant: str) -> JsonObject:
+        conversation = await self.store.get_conversation(conversation_id, tenant=tenant)
         if conversation is None:
             raise conversation_not_found(conversation_id)
         return conversation.to_object()
 
-    async def update(self, conversation_id: str, metadata: dict[str, str]) -> JsonObject:
-        conversation = await self.store.update_conversation(conversation_id, metadata)
+    async def update(
+        self, conversation_id: str, metadata: dict[str, str], *, tenant: str
+    ) -> JsonObject:
+        conversation = await self.store.update_conversation(
+            conversation_id, metadata, tenant=tenant
+        )
         if conversation is None:
             raise conversation_not_found(conversation_id)
         return conversation.to_object()
 
-    async def delete(self, conversation_id: str) -> JsonObject:
-        if not await self.store.delete_conversation(conversation_id):
+    async def delete(self, conversation_id: str, *, tenant: str) -> JsonObject:
+        if not await self.store.delete_conversation(conversation_id, tenant=tenant):
             raise conversation_not_found(conversation_id)
         return {"id": conversation_id, "object": "conversation.deleted", "deleted": True}
 
     # ------------------------------------------------------------------ items
 
-    async def add_items(self, conversation_id: str, raw_items: list[JsonObject]) -> Page:
+    async def add_items(
+        self, conversation_id: str, raw_items: list[JsonObject], *, tenant: str
+    ) -> Page:
         """Append items; the page lists them as stored (a referenced id lists its stored item)."""
-        items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True)
+        items, _ = await resolve_items(self.store, raw_items, "items", keep_ids=True, tenant=tenant)
         try:
-            stored = await self.store.append_conversation_items(conversation_id, items)
+            stored = await self.store.append_conversation_items(
+                conversation_id, items, tenant=tenant
+            )
         except ItemAlreadyInConversationError:
             raise InvalidRequestError(
                 "Item already in conversation",
@@ -62,26 +74,27 @@ class ConversationsService:
         return Page(items=stored, has_more=False)
 
     async def list_items(
-        self, conversation_id: str, *, after: str | None, limit: int, order: str
+        self, conversation_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page:
         lookup = self.store.list_conversation_items(
-            conversation_id, after=after, limit=limit, order=order
+            conversation_id, tenant=tenant, after=after, limit=limit, order=order
         )
         return await page_or_raise(lookup, after, conversation_not_found(conversation_id))
 
-    async def get_item(self, conversation_id: str, item_id: str) -> JsonObject:
-        item = await self.store.get_conversation_item(conversation_id, item_id)
+    async def get_item(self, conversation_id: str, item_id: str, *, tenant: str) -> JsonObject:
+        item = await self.store.get_conversation_item(conversation_id, item_id, tenant=tenant)
         if item is None:
-            await self.get(conversation_id)  # a missing conversation is the error to report
+            # a missing conversation is the error to report
+            await self.get(conversation_id, tenant=tenant)
             raise item_not_found(item_id)
         return item
 
-    async def delete_item(self, conversation_id: str, item_id: str) -> JsonObject:
+    async def delete_item(self, conversation_id: str, item_id: str, *, tenant: str) -> JsonObject:
         """Remove an item from the conversation; OpenAI answers with the conversation."""
-        if not await self.store.delete_conversation_item(conversation_id, item_id):
-            await self.get(conversation_id)
+        if not await self.store.delete_conversation_item(conversation_id, item_id, tenant=tenant):
+            await self.get(conversation_id, tenant=tenant)
             raise item_not_found(item_id)
-        return await self.get(conversation_id)
+        return await self.get(conversation_id, tenant=tenant)
 
 
 def conversation_not_found(conversation_id: str) -> NotFoundError:

@@ -230,13 +230,16 @@ class Namespace:
 
 @runtime_checkable
 class ToolSessionStore(Protocol):
-    """Where engine sessions persist between requests (one JSON state per session id)."""
+    """Where engine sessions persist between requests (one JSON state per tenant and session
+    id): a session is its tenant's (``core.tenancy``), another tenant's is missing."""
 
-    async def load_tool_session(self, session_id: str) -> JsonObject | None: ...
+    async def load_tool_session(self, session_id: str, *, tenant: str) -> JsonObject | None: ...
 
-    async def save_tool_session(self, session_id: str, state: JsonObject) -> None: ...
+    async def save_tool_session(
+        self, session_id: str, state: JsonObject, *, tenant: str
+    ) -> None: ...
 
-    async def delete_tool_session(self, session_id: str) -> None: ...
+    async def delete_tool_session(self, session_id: str, *, tenant: str) -> None: ...
 
 
 async def simulate_via(

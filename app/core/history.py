@@ -3,6 +3,8 @@
 ``rehydrate`` reads a parent's checkpoint (``previous_response_id``) or a conversation's items
 with one bulk read, checks that the continuation is valid (every pending client function call
 has an output), and returns what the upstream must see and what a stored response records.
+Every read is the caller's tenant's (``core.tenancy``): another tenant's response, conversation
+or ``item_reference`` is not found, as an unknown id is.
 """
 
 from __future__ import annotations
@@ -100,10 +102,15 @@ def check_item_id(item: JsonObject, param: str) -> None:
 
 
 async def resolve_items(
-    store: ResponseStore, raw_items: list[JsonObject], param: str, *, keep_ids: bool
+    store: ResponseStore,
+    raw_items: list[JsonObject],
+    param: str,
+    *,
+    keep_ids: bool,
+    tenant: str,
 ) -> tuple[list[JsonObject], list[JsonObject]]:
-    """Input items with ids: stored ones (and ``item_reference``s) are read back, new ones
-    get ids. Returns ``(items, new_items)``.
+    """Input items with ids: ``tenant``'s stored ones (and ``item_reference``s) are read back,
+    new ones get ids. Returns ``(items, new_items)``.
 
     With ``keep_ids`` (the Conversations API) a new item keeps the id its client chose, which
     must carry its type's prefix. Without (``input`` of a response) an id the store does not
@@ -116,7 +123,11 @@ async def resolve_items(
         item["id"] for item in canonical if isinstance(item.get("id"), str) and item.get("id")
     ]
     # One read: ``load_items`` skips the ids the store does not know.
-    stored = {item["id"]: item for item in await store.load_items(wanted)} if wanted else {}
+    stored = (
+        {item["id"]: item for item in await store.load_items(wanted, tenant=tenant)}
+        if wanted
+        else {}
+    )
     items: list[JsonObject] = []
     new_items: list[JsonObject] = []
     for index, item in enumerate(canonical):
@@ -154,8 +165,10 @@ def pending_call_ids(output: list[JsonObject]) -> list[str]:
     ]
 
 
-async def rehydrate(store: ResponseStore, request: CreateResponseRequest) -> History:
-    """The history and input of a request (see the module docstring)."""
+async def rehydrate(
+    store: ResponseStore, request: CreateResponseRequest, *, tenant: str
+) -> History:
+    """The history and input of ``tenant``'s request (see the module docstring)."""
     previous_id = request.previous_response_id
     conversation_id = conversation_id_of(request)
     if previous_id and request.conversation is not None:
@@ -168,7 +181,7 @@ async def rehydrate(store: ResponseStore, request: CreateResponseRequest) -> His
     history = History(conversation_id=conversation_id)
     raw_input = as_input_list(request.input)
     if previous_id:
-        parent = await store.get_response(previous_id)
+        parent = await store.get_response(previous_id, tenant=tenant)
         if parent is None:
             raise InvalidRequestError(
                 f"Previous response with id '{previous_id}' not found.",
@@ -185,9 +198,9 @@ async def rehydrate(store: ResponseStore, request: CreateResponseRequest) -> His
                 )
         history.history_ids = list(parent.checkpoint_ids)
         history.root_id = parent.root_id
-        history.history_items = await store.load_items(history.history_ids)
+        history.history_items = await store.load_items(history.history_ids, tenant=tenant)
     elif conversation_id is not None:
-        items = await store.conversation_items(conversation_id)
+        items = await store.conversation_items(conversation_id, tenant=tenant)
         if items is None:
             raise NotFoundError(
                 f"Conversation with id '{conversation_id}' not found.", param="conversation"
@@ -195,6 +208,6 @@ async def rehydrate(store: ResponseStore, request: CreateResponseRequest) -> His
         history.history_items = items
         history.history_ids = [str(item["id"]) for item in items]
     history.input_items, history.new_input_items = await resolve_items(
-        store, raw_input, "input", keep_ids=False
+        store, raw_input, "input", keep_ids=False, tenant=tenant
     )
     return history

@@ -72,12 +72,14 @@ class JobRun:
     """One job run by this process: its task, its lease, its logged events (see the module)."""
 
     def __init__(
-        self, context: JobContext, response_id: str, snapshot: JsonObject, first: int
+        self, context: JobContext, response_id: str, snapshot: JsonObject, first: int, tenant: str
     ) -> None:
         """``snapshot``: the response as it stands (queued); ``first``: the number of the
-        first event this run logs."""
+        first event this run logs; ``tenant``: the job's (every read and write of the run is
+        that tenant's)."""
         self._context = context
         self.response_id = response_id
+        self.tenant = tenant
         self.snapshot = snapshot
         self._lifecycle = ResponseLifecycle(first)
         self.events: list[JsonObject] = []  # logged: what followers may see
@@ -124,7 +126,7 @@ class JobRun:
         refused renewal does, logging nothing more (the canceller logged the closing event)."""
         context = self._context
         try:
-            job = await context.jobs.get_job(self.response_id)
+            job = await context.jobs.get_job(self.response_id, tenant=self.tenant)
         except Exception:  # the renewal checks again
             logger.exception("checking background job %s failed", self.response_id)
             return
@@ -141,7 +143,7 @@ class JobRun:
         self.snapshot = response
         closing = self._lifecycle.closing(response)
         logged = LoggedEvent(int(closing["sequence_number"]), closing)
-        await self._context.jobs.append_events(self.response_id, [logged])
+        await self._context.jobs.append_events(self.response_id, [logged], tenant=self.tenant)
         async with self._changed:
             self.events.append(closing)
             self._changed.notify_all()
@@ -166,8 +168,9 @@ class JobRun:
             final = await self._produce(request, headers)
             self._update = final
             await self._flush_all()
-            if self._lost:  # cancelled or taken over meanwhile: what the service stored is
-                await context.store.delete_response(self.response_id)  # not ours
+            # Cancelled or taken over meanwhile: what the service stored is not ours.
+            if self._lost:
+                await context.store.delete_response(self.response_id, tenant=self.tenant)
             else:
                 self.snapshot = final
         except asyncio.CancelledError:
@@ -240,7 +243,7 @@ class JobRun:
     async def _record(self, checkpoint: LoopCheckpoint) -> None:
         context = self._context
         saved = await context.jobs.save_checkpoint(
-            self.response_id, context.owner, checkpoint.to_json()
+            self.response_id, context.owner, checkpoint.to_json(), tenant=self.tenant
         )
         if not saved:
             self._lost = True  # cancelled or taken over: the run stops here
@@ -252,7 +255,10 @@ class JobRun:
         while True:
             await asyncio.sleep(context.lease_seconds / 3)
             lease_until = context.clock() + context.lease_seconds
-            if not await context.jobs.renew_lease(self.response_id, context.owner, lease_until):
+            renewed = await context.jobs.renew_lease(
+                self.response_id, context.owner, lease_until, tenant=self.tenant
+            )
+            if not renewed:
                 logger.info("background job %s is no longer ours: stopping", self.response_id)
                 if self._task is not None:
                     self._task.cancel()
@@ -279,10 +285,12 @@ class JobRun:
             update, self._update = self._update, None
             logged = [LoggedEvent(int(e["sequence_number"]), e) for e in batch]
             if update is None:
-                written = await context.jobs.log_events(self.response_id, context.owner, logged)
+                written = await context.jobs.log_events(
+                    self.response_id, context.owner, logged, tenant=self.tenant
+                )
             else:
                 written = await context.jobs.update_job(
-                    self.response_id, context.owner, update, self._now(), logged
+                    self.response_id, context.owner, update, self._now(), logged, tenant=self.tenant
                 )
             if not written:
                 self._lost = True

@@ -108,13 +108,17 @@ class SignalledJobs:
         self._jobs = jobs
         self._signals = signals
 
-    async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
-        await self._jobs.append_events(response_id, events)
+    async def append_events(
+        self, response_id: str, events: Sequence[LoggedEvent], *, tenant: str
+    ) -> None:
+        await self._jobs.append_events(response_id, events, tenant=tenant)
         if events:
             self._signals.publish(EVENTS, response_id)
 
-    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
-        logged = await self._jobs.log_events(response_id, owner, events)
+    async def log_events(
+        self, response_id: str, owner: str, events: Sequence[LoggedEvent], *, tenant: str
+    ) -> bool:
+        logged = await self._jobs.log_events(response_id, owner, events, tenant=tenant)
         if logged and events:
             self._signals.publish(EVENTS, response_id)
         return logged
@@ -126,8 +130,12 @@ class SignalledJobs:
         response: JsonObject,
         now: int,
         events: Sequence[LoggedEvent] = (),
+        *,
+        tenant: str,
     ) -> bool:
-        updated = await self._jobs.update_job(response_id, owner, response, now, events)
+        updated = await self._jobs.update_job(
+            response_id, owner, response, now, events, tenant=tenant
+        )
         if updated:  # a status change is news for followers too
             self._signals.publish(EVENTS, response_id)
         return updated

@@ -205,52 +205,62 @@ class ResponseStore(Protocol):
     other outcomes a caller handles are raised as the ``app.core.store_errors`` each method
     names, never as ``KeyError`` or ``ValueError`` (those are bugs). ``aclose`` releases the
     store's connections.
+
+    Tenancy (``core.tenancy``): every method takes the caller's ``tenant``; what it writes
+    belongs to that tenant, and it reads only that tenant's objects: another tenant's response,
+    conversation or item is missing, exactly as an unknown id is. Item ids are the tenant's own
+    (two tenants may each store an item ``msg_1``); id lists (checkpoints, conversations)
+    resolve within the tenant.
     """
 
-    async def get_response(self, response_id: str) -> StoredResponse | None: ...
+    async def get_response(self, response_id: str, *, tenant: str) -> StoredResponse | None: ...
 
-    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
+    async def load_items(self, item_ids: list[str], *, tenant: str) -> list[JsonObject]:
         """The items with these ids, in this order (one query); missing ids are skipped."""
         ...
 
-    async def existing_item_ids(self, item_ids: list[str]) -> set[str]:
+    async def existing_item_ids(self, item_ids: list[str], *, tenant: str) -> set[str]:
         """Which of these ids are already stored."""
         ...
 
-    async def save_response(self, new: NewResponse) -> None:
-        """Raises ``ConversationNotFoundError`` when ``new.conversation_id`` is gone (nothing
-        is written)."""
+    async def save_response(self, new: NewResponse, *, tenant: str) -> None:
+        """Raises ``ConversationNotFoundError`` when ``new.conversation_id`` is gone (or is
+        another tenant's; nothing is written)."""
         ...
 
-    async def delete_response(self, response_id: str) -> bool: ...
+    async def delete_response(self, response_id: str, *, tenant: str) -> bool: ...
 
     async def list_input_items(
-        self, response_id: str, *, after: str | None, limit: int, order: str
+        self, response_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         """``None`` when the response does not exist; raises ``UnknownCursorError`` for an
         unknown ``after`` id."""
         ...
 
     async def create_conversation(
-        self, metadata: dict[str, str], items: list[JsonObject]
+        self, metadata: dict[str, str], items: list[JsonObject], *, tenant: str
     ) -> StoredConversation:
         """``items`` are complete (ids assigned); ids already stored are referenced, not copied."""
         ...
 
-    async def get_conversation(self, conversation_id: str) -> StoredConversation | None: ...
-
-    async def update_conversation(
-        self, conversation_id: str, metadata: dict[str, str]
+    async def get_conversation(
+        self, conversation_id: str, *, tenant: str
     ) -> StoredConversation | None: ...
 
-    async def delete_conversation(self, conversation_id: str) -> bool: ...
+    async def update_conversation(
+        self, conversation_id: str, metadata: dict[str, str], *, tenant: str
+    ) -> StoredConversation | None: ...
 
-    async def conversation_items(self, conversation_id: str) -> list[JsonObject] | None:
+    async def delete_conversation(self, conversation_id: str, *, tenant: str) -> bool: ...
+
+    async def conversation_items(
+        self, conversation_id: str, *, tenant: str
+    ) -> list[JsonObject] | None:
         """Every item of the conversation in order (one query); ``None`` if it does not exist."""
         ...
 
     async def append_conversation_items(
-        self, conversation_id: str, items: list[JsonObject]
+        self, conversation_id: str, items: list[JsonObject], *, tenant: str
     ) -> list[JsonObject] | None:
         """Append items (complete, ids assigned; already-stored ids are referenced); returns the
         stored items in order; ``None`` when the conversation does not exist. Raises
@@ -259,16 +269,18 @@ class ResponseStore(Protocol):
         ...
 
     async def list_conversation_items(
-        self, conversation_id: str, *, after: str | None, limit: int, order: str
+        self, conversation_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         """``None`` when the conversation does not exist; raises ``UnknownCursorError`` for an
         unknown ``after`` id."""
         ...
 
     async def get_conversation_item(
-        self, conversation_id: str, item_id: str
+        self, conversation_id: str, item_id: str, *, tenant: str
     ) -> JsonObject | None: ...
 
-    async def delete_conversation_item(self, conversation_id: str, item_id: str) -> bool: ...
+    async def delete_conversation_item(
+        self, conversation_id: str, item_id: str, *, tenant: str
+    ) -> bool: ...
 
     async def aclose(self) -> None: ...

@@ -2,7 +2,9 @@
 
 A create rehydrates the history (``core.history``), calls the upstream, and stores the final
 response once, in one transaction, before the client sees it complete: the object returned by
-``GET /v1/responses/{id}`` is the one the client received.
+``GET /v1/responses/{id}`` is the one the client received. Everything is its tenant's
+(``core.tenancy``): a create reads and stores as ``ParsedRequest.tenant``, the other calls take
+the caller's ``tenant``; another tenant's response is not found, as an unknown id is.
 """
 
 from __future__ import annotations
@@ -96,7 +98,7 @@ class ResponsesService:
         body = request.body
         check_request_limits(body, self.limits)
         check_tool_choice(request.params)
-        history = await rehydrate(self.store, request.params)
+        history = await rehydrate(self.store, request.params, tenant=request.tenant)
         compacted = has_compaction(history.input_items)
         if compacted:
             self.compactor.lowering(request.params.model).check(history.input_items, "input")
@@ -116,7 +118,7 @@ class ResponsesService:
 
     async def input_tokens(self, request: ParsedRequest, headers: Mapping[str, str]) -> TokenCount:
         """``POST /v1/responses/input_tokens``: the rehydrated request's input tokens."""
-        history = await rehydrate(self.store, request.params)
+        history = await rehydrate(self.store, request.params, tenant=request.tenant)
         body = {k: v for k, v in request.body.items() if k not in _STATE_FIELDS}
         return await self.context.count(
             body, history.upstream_input(), headers, truncation=request.params.truncation
@@ -145,6 +147,7 @@ class ResponsesService:
             session_id=history.session_id or response_id,
             response_id=response_id,
             simulate=body.get(SIMULATE_FIELD) is True,
+            tenant=request.tenant,
         )
         prepared = await toolkit.prepare(body, view.history, view.input, context)
         prepared.prelude[:0] = [compaction_prelude(item) for item in view.output]
@@ -364,7 +367,7 @@ class ResponsesService:
         if request.params.store is False or response["status"] not in _STORED_STATUSES:
             return
         try:
-            await self._save(history, response)
+            await self._save(history, response, request.tenant)
         except ConversationNotFoundError:
             # The conversation was deleted while the response was being generated.
             raise NotFoundError(
@@ -372,7 +375,7 @@ class ResponsesService:
                 param="conversation",
             ) from None
 
-    async def _save(self, history: History, response: JsonObject) -> None:
+    async def _save(self, history: History, response: JsonObject, tenant: str) -> None:
         await self.store.save_response(
             NewResponse(
                 response=response,
@@ -381,7 +384,8 @@ class ResponsesService:
                 new_items=[*history.new_input_items, *response["output"]],
                 conversation_id=history.conversation_id,
                 root_id=history.root_id,
-            )
+            ),
+            tenant=tenant,
         )
 
     def echoed(self, body: JsonObject) -> JsonObject:
@@ -401,28 +405,35 @@ class ResponsesService:
         return int(self._clock()) if status in ("completed", "incomplete") else None
 
     async def compact(
-        self, request: CompactRequest, body: JsonObject, headers: Mapping[str, str]
+        self,
+        request: CompactRequest,
+        body: JsonObject,
+        headers: Mapping[str, str],
+        *,
+        tenant: str,
     ) -> JsonObject:
         """``POST /v1/responses/compact`` (``core.compact``)."""
-        return await self.compactor.compact(request, body, headers)
+        return await self.compactor.compact(request, body, headers, tenant=tenant)
 
     # ------------------------------------------------------------------ retrieve / delete
 
-    async def get(self, response_id: str) -> JsonObject:
-        stored = await self.store.get_response(response_id)
+    async def get(self, response_id: str, *, tenant: str) -> JsonObject:
+        stored = await self.store.get_response(response_id, tenant=tenant)
         if stored is None:
             raise _response_not_found(response_id)
         return stored.response
 
-    async def delete(self, response_id: str) -> JsonObject:
-        if not await self.store.delete_response(response_id):
+    async def delete(self, response_id: str, *, tenant: str) -> JsonObject:
+        if not await self.store.delete_response(response_id, tenant=tenant):
             raise _response_not_found(response_id)
         return {"id": response_id, "object": "response", "deleted": True}
 
     async def input_items(
-        self, response_id: str, *, after: str | None, limit: int, order: str
+        self, response_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page:
-        lookup = self.store.list_input_items(response_id, after=after, limit=limit, order=order)
+        lookup = self.store.list_input_items(
+            response_id, tenant=tenant, after=after, limit=limit, order=order
+        )
         return await page_or_raise(lookup, after, _response_not_found(response_id))
 
 

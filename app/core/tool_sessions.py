@@ -5,7 +5,8 @@ sets the session up from it, runs the calls (``execute``, or ``simulate`` for a 
 new state is written back when it changed, and the session is torn down. The store is the only
 copy between batches, so a session continued on another replica, or after a restart, sees
 the same world; batches of one session in one process run one at a time. Without a store the
-states are kept in this object (one process).
+states are kept in this object (one process). A session is its tenant's (``core.tenancy``): it
+is loaded and saved under the tenant of the request that runs it.
 """
 
 from __future__ import annotations
@@ -25,16 +26,16 @@ class _MemorySessions:
     """A ``ToolSessionStore`` in this process's memory."""
 
     def __init__(self) -> None:
-        self._states: dict[str, JsonObject] = {}
+        self._states: dict[tuple[str, str], JsonObject] = {}
 
-    async def load_tool_session(self, session_id: str) -> JsonObject | None:
-        return self._states.get(session_id)
+    async def load_tool_session(self, session_id: str, *, tenant: str) -> JsonObject | None:
+        return self._states.get((tenant, session_id))
 
-    async def save_tool_session(self, session_id: str, state: JsonObject) -> None:
-        self._states[session_id] = state
+    async def save_tool_session(self, session_id: str, state: JsonObject, *, tenant: str) -> None:
+        self._states[tenant, session_id] = state
 
-    async def delete_tool_session(self, session_id: str) -> None:
-        self._states.pop(session_id, None)
+    async def delete_tool_session(self, session_id: str, *, tenant: str) -> None:
+        self._states.pop((tenant, session_id), None)
 
 
 class ToolSessions:
@@ -43,6 +44,7 @@ class ToolSessions:
     def __init__(self, engine: ToolEngine, store: ToolSessionStore | None = None) -> None:
         self.engine = engine
         self._store: ToolSessionStore = store if store is not None else _MemorySessions()
+        # By session id alone: the engine keeps a running session under its id.
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def _lock(self, session_id: str) -> asyncio.Lock:
@@ -53,12 +55,17 @@ class ToolSessions:
         return lock
 
     async def run(
-        self, session_id: str, calls: Sequence[EngineCall], *, simulate: bool = False
+        self,
+        session_id: str,
+        calls: Sequence[EngineCall],
+        *,
+        tenant: str,
+        simulate: bool = False,
     ) -> list[EngineResult]:
-        """The results of ``calls`` in order; the session's new state is saved unless
-        ``simulate``."""
+        """The results of ``calls`` in order, in ``tenant``'s session ``session_id``; the
+        session's new state is saved unless ``simulate``."""
         async with self._lock(session_id):
-            saved = await self._store.load_tool_session(session_id)
+            saved = await self._store.load_tool_session(session_id, tenant=tenant)
             await self.engine.setup(session_id, saved)
             try:
                 if simulate:
@@ -66,11 +73,11 @@ class ToolSessions:
                 results = await self.engine.execute(session_id, calls)
                 state = self.engine.get_session_state(session_id)
                 if state != saved:
-                    await self._store.save_tool_session(session_id, state)
+                    await self._store.save_tool_session(session_id, state, tenant=tenant)
                 return results
             finally:
                 await self.engine.teardown(session_id)
 
-    async def state(self, session_id: str) -> JsonObject | None:
+    async def state(self, session_id: str, *, tenant: str) -> JsonObject | None:
         """The session's saved state (``None``: it never ran a call)."""
-        return await self._store.load_tool_session(session_id)
+        return await self._store.load_tool_session(session_id, tenant=tenant)

@@ -255,17 +255,19 @@ class CreateResponseRequest(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class ParsedRequest:
-    """A create request parsed once: the typed model the gateway decides on, and the body as
-    the client sent it, which is what the upstream receives (unknown fields included)."""
+    """A create request parsed once: the typed model the gateway decides on, the body as
+    the client sent it, which is what the upstream receives (unknown fields included), and the
+    tenant it runs for (``app.core.tenancy``: what it reads and stores is that tenant's)."""
 
     params: CreateResponseRequest
     body: JsonObject
+    tenant: str
 
     @classmethod
-    def from_body(cls, body: JsonObject) -> ParsedRequest:
+    def from_body(cls, body: JsonObject, tenant: str) -> ParsedRequest:
         """Validate ``body`` as the API does (strict: no coercion); pydantic's error on a bad
         one (the HTTP front end reports it as a 400 itself)."""
-        return cls(CreateResponseRequest.model_validate(body, strict=True), body)
+        return cls(CreateResponseRequest.model_validate(body, strict=True), body, tenant)
 
 
 def check_create_request(request: CreateResponseRequest) -> None:

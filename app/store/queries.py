@@ -7,6 +7,10 @@ and never hits a bound-parameter limit (asyncpg: 32,767). It is also cheaper to 
 ``text[]`` (asyncpg, 1,000 ids: 1.7 ms instead of 3.7 ms for ``unnest(:ids::varchar[])``,
 measured while writing this). Not ``id = ANY(:ids)``: with a parameter (the generic plans of
 prepared statements) that is a linear search of the array per row, quadratic in the history.
+
+Every statement that reads or locks rows names the caller's tenant (``:tenant``): items are
+keyed by (tenant, id), and the other tables are filtered by their ``tenant`` column, so a row
+of another tenant is never found.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from sqlalchemy import (
     ScalarSelect,
     Select,
     String,
+    Table,
     Text,
     Update,
+    and_,
     bindparam,
     cast,
     func,
@@ -54,33 +60,38 @@ GC_PAUSE_MIN_CHARS = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class Queries:
     insert_items: Insert
-    """Insert-if-absent (``ON CONFLICT (id) DO NOTHING``), executemany."""
+    """Insert-if-absent (``ON CONFLICT (tenant, id) DO NOTHING``), executemany."""
     payloads_by_ids: Select[Any]
-    """``:ids`` (JSON array) -> the distinct stored payload texts joined by commas, or NULL."""
+    """``:tenant``, ``:ids`` (JSON array) -> the distinct stored payload texts joined by
+    commas, or NULL."""
     existing_ids: Select[Any]
-    """``:ids`` (JSON array) -> the stored ones."""
+    """``:tenant``, ``:ids`` (JSON array) -> the stored ones."""
     in_conversation: Select[Any]
-    """``:conversation_id``, ``:ids`` (JSON array) -> one of them in it, if any."""
+    """``:tenant``, ``:conversation_id``, ``:ids`` (JSON array) -> one of them in it, if any."""
     reserve_one: Update
-    """``:conversation_id``, ``:count`` -> ``next_position`` after adding ``count``."""
+    """``:for_tenant``, ``:conversation_id``, ``:count`` -> ``next_position`` after adding
+    ``count``."""
     reserve_many: Update
-    """``:counts`` (JSON object {id: count}) -> (id, next_position) of each one bumped."""
+    """``:for_tenant``, ``:counts`` (JSON object {id: count}) -> (id, next_position) of each one
+    bumped."""
     lock_many: Select[Any] | None
-    """PostgreSQL: row-lock the conversations of ``:counts`` in id order (no deadlock)."""
+    """PostgreSQL: row-lock the conversations of ``:for_tenant``, ``:counts`` in id order (no
+    deadlock)."""
     get_response: Select[Any]
-    """``:response_id`` -> response, checkpoint_ids, input_item_ids (JSON texts),
+    """``:tenant``, ``:response_id`` -> response, checkpoint_ids, input_item_ids (JSON texts),
     conversation_id, created_at, root_id (NULL: the response is its own root)."""
     get_conversation: Select[Any]
-    """``:conversation_id`` -> created_at, metadata (JSON text)."""
+    """``:tenant``, ``:conversation_id`` -> created_at, metadata (JSON text)."""
     conversation_items: Select[Any]
-    """``:conversation_id`` -> (conversation id, payload text or NULL) by position; no row
-    when the conversation does not exist, one NULL payload when it is empty."""
+    """``:tenant``, ``:conversation_id`` -> (conversation id, payload text or NULL) by
+    position; no row when the conversation does not exist, one NULL payload when it is empty."""
     conversation_item: Select[Any]
-    """``:conversation_id``, ``:item_id`` -> the payload text, if the item is in it."""
+    """``:tenant``, ``:conversation_id``, ``:item_id`` -> the payload text, if the item is in
+    it."""
     get_tool_session: Select[Any]
-    """``:session_id`` -> the tool engine session's state (JSON text)."""
+    """``:tenant``, ``:session_id`` -> the tool engine session's state (JSON text)."""
     get_job: Select[Any]
-    """``:response_id`` -> the background job's columns (JSON columns as text)."""
+    """``:tenant``, ``:response_id`` -> the background job's columns (JSON columns as text)."""
 
 
 def build_queries(dialect: str) -> Queries:
@@ -91,23 +102,34 @@ def build_queries(dialect: str) -> Queries:
         else func.string_agg(payload, ",", type_=Text)
     )
     conversation_id = bindparam("conversation_id", type_=String)
+    tenant = bindparam("tenant", type_=String)
+    # In UPDATE statements ``:tenant`` would name the column's new value: ``:for_tenant``.
+    for_tenant = bindparam("for_tenant", type_=String)
     keys = _json_object_entries(dialect, "counts")
     entries = _json_object_entries(dialect, "counts")
     count = select(cast(entries.c.value, Integer)).where(entries.c.key == conversations.c.id)
-    in_counts = conversations.c.id.in_(select(keys.c.key).scalar_subquery())
+    in_counts = and_(
+        conversations.c.id.in_(select(keys.c.key).scalar_subquery()),
+        conversations.c.tenant == for_tenant,
+    )
     insert = sqlite.insert(items) if dialect == "sqlite" else postgresql.insert(items)
     return Queries(
-        insert_items=insert.on_conflict_do_nothing(index_elements=[items.c.id]),
-        payloads_by_ids=select(aggregate).where(items.c.id.in_(_json_ids(dialect, "ids"))),
-        existing_ids=select(items.c.id).where(items.c.id.in_(_json_ids(dialect, "ids"))),
+        insert_items=insert.on_conflict_do_nothing(index_elements=[items.c.tenant, items.c.id]),
+        payloads_by_ids=select(aggregate).where(
+            items.c.tenant == tenant, items.c.id.in_(_json_ids(dialect, "ids"))
+        ),
+        existing_ids=select(items.c.id).where(
+            items.c.tenant == tenant, items.c.id.in_(_json_ids(dialect, "ids"))
+        ),
         in_conversation=select(conversation_items.c.item_id)
         .where(
+            conversation_items.c.tenant == tenant,
             conversation_items.c.conversation_id == conversation_id,
             conversation_items.c.item_id.in_(_json_ids(dialect, "ids")),
         )
         .limit(1),
         reserve_one=update(conversations)
-        .where(conversations.c.id == conversation_id)
+        .where(conversations.c.id == conversation_id, conversations.c.tenant == for_tenant)
         .values(next_position=conversations.c.next_position + bindparam("count", type_=Integer))
         .returning(conversations.c.next_position),
         reserve_many=update(conversations)
@@ -127,26 +149,30 @@ def build_queries(dialect: str) -> Queries:
             responses.c.conversation_id,
             responses.c.created_at,
             responses.c.root_id,
-        ).where(responses.c.id == bindparam("response_id", type_=String)),
+        ).where(
+            responses.c.id == bindparam("response_id", type_=String), responses.c.tenant == tenant
+        ),
         get_conversation=select(
             conversations.c.created_at, _as_text(dialect, conversations.c.metadata)
-        ).where(conversations.c.id == conversation_id),
+        ).where(conversations.c.id == conversation_id, conversations.c.tenant == tenant),
         conversation_items=select(conversations.c.id, payload)
         .select_from(conversations)
         .outerjoin(conversation_items, conversation_items.c.conversation_id == conversations.c.id)
-        .outerjoin(items, items.c.id == conversation_items.c.item_id)
-        .where(conversations.c.id == conversation_id)
+        .outerjoin(items, item_of(conversation_items))
+        .where(conversations.c.id == conversation_id, conversations.c.tenant == tenant)
         .order_by(conversation_items.c.position),
         conversation_item=select(payload)
         .select_from(conversation_items)
-        .join(items, items.c.id == conversation_items.c.item_id)
+        .join(items, item_of(conversation_items))
         .where(
+            conversation_items.c.tenant == tenant,
             conversation_items.c.conversation_id == conversation_id,
             conversation_items.c.item_id == bindparam("item_id", type_=String),
         )
         .limit(1),
         get_tool_session=select(_as_text(dialect, tool_sessions.c.state)).where(
-            tool_sessions.c.session_id == bindparam("session_id", type_=String)
+            tool_sessions.c.tenant == tenant,
+            tool_sessions.c.session_id == bindparam("session_id", type_=String),
         ),
         get_job=select(
             background_jobs.c.response_id,
@@ -159,8 +185,18 @@ def build_queries(dialect: str) -> Queries:
             background_jobs.c.attempts,
             background_jobs.c.created_at,
             background_jobs.c.finished_at,
-        ).where(background_jobs.c.response_id == bindparam("response_id", type_=String)),
+            background_jobs.c.tenant,
+        ).where(
+            background_jobs.c.response_id == bindparam("response_id", type_=String),
+            background_jobs.c.tenant == tenant,
+        ),
     )
+
+
+def item_of(rows: Table) -> ColumnElement[bool]:
+    """The join of a table of item ids (``conversation_items``) to their items: the same
+    tenant's item of that id."""
+    return and_(items.c.tenant == rows.c.tenant, items.c.id == rows.c.item_id)
 
 
 def decode_objects(texts: Sequence[str]) -> list[JsonObject]:
@@ -185,10 +221,15 @@ def decode_objects(texts: Sequence[str]) -> list[JsonObject]:
 
 
 def position_rows(
-    conversation_id: str, start: int, item_ids: Sequence[str]
+    tenant: str, conversation_id: str, start: int, item_ids: Sequence[str]
 ) -> list[dict[str, Any]]:
     return [
-        {"conversation_id": conversation_id, "position": start + offset, "item_id": item_id}
+        {
+            "conversation_id": conversation_id,
+            "position": start + offset,
+            "item_id": item_id,
+            "tenant": tenant,
+        }
         for offset, item_id in enumerate(item_ids)
     ]
 

@@ -10,8 +10,8 @@ single-statement reads, and the item writes and reads every part makes.
   (``queries.DriverStatement``): on PostgreSQL they run on the asyncpg connection, on SQLite
   inline on a read-only ``sqlite3`` connection of the calling thread (``inline.py``; through
   aiosqlite when busy or big).
-- Items are stored once, by id (insert-if-absent, ``store_items``) and read back in one
-  statement (``load``).
+- Items are stored once per tenant, by (tenant, id) (insert-if-absent, ``store_items``) and
+  read back in one statement (``load``, the tenant's only).
 - A conversation's positions are reserved with ``UPDATE conversations SET next_position =
   next_position + n ... RETURNING next_position`` (``reserve_positions``), which takes the
   conversation's row lock (PostgreSQL) or runs under the database write lock (SQLite, ``BEGIN
@@ -121,28 +121,34 @@ class SqlDatabase:
                 await conn.invalidate()
                 raise
 
-    async def store_items(self, conn: AsyncConnection, new_items: Sequence[JsonObject]) -> None:
-        """Insert the items whose ids are not stored yet (the others are referenced)."""
+    async def store_items(
+        self, conn: AsyncConnection, new_items: Sequence[tuple[str, JsonObject]]
+    ) -> None:
+        """Insert the (tenant, item) pairs whose ids the tenant has not stored yet (the others
+        are referenced)."""
         if not new_items:
             return
         now = int(time.time())
-        rows: dict[str, dict[str, Any]] = {}
-        for item in new_items:
+        rows: dict[tuple[str, str], dict[str, Any]] = {}
+        for tenant, item in new_items:
             item_id = str(item["id"])
-            if item_id not in rows:  # the first copy of an id given twice is the stored one
-                rows[item_id] = {
+            if (tenant, item_id) not in rows:  # the first copy of an id given twice is stored
+                rows[tenant, item_id] = {
+                    "tenant": tenant,
                     "id": item_id,
                     "type": str(item.get("type", "message")),
                     "schema_version": ITEM_SCHEMA_VERSION,
                     "created_at": now,
                     "payload": item,
                 }
-        # Sorted by id: concurrent writers sharing new ids lock them in the same order.
+        # Sorted by key: concurrent writers sharing new ids lock them in the same order.
         await conn.execute(self.queries.insert_items, [rows[key] for key in sorted(rows)])
 
-    async def load(self, conn: AsyncConnection | None, item_ids: Sequence[str]) -> list[JsonObject]:
-        """The payloads of ``item_ids`` in that order (repeats repeated, unknown ids skipped);
-        on ``conn``, or as a fast read when it is None.
+    async def load(
+        self, conn: AsyncConnection | None, item_ids: Sequence[str], *, tenant: str
+    ) -> list[JsonObject]:
+        """The payloads of ``tenant``'s ``item_ids`` in that order (repeats repeated, unknown
+        ids skipped); on ``conn``, or as a fast read when it is None.
 
         One statement returns every stored payload, concatenated by the database into one
         JSON array text, so that decoding is one ``orjson.loads`` instead of a row and a parse
@@ -153,9 +159,9 @@ class SqlDatabase:
         ids = json_dumps(list(item_ids))
         if conn is None:
             inline = len(item_ids) <= INLINE_READ_MAX_IDS
-            [(joined,)] = await self.fetch("payloads_by_ids", inline=inline, ids=ids)
+            [(joined,)] = await self.fetch("payloads_by_ids", inline=inline, ids=ids, tenant=tenant)
         else:
-            joined = await conn.scalar(self.queries.payloads_by_ids, {"ids": ids})
+            joined = await conn.scalar(self.queries.payloads_by_ids, {"ids": ids, "tenant": tenant})
         if not joined:
             return []
         by_id: dict[str, JsonObject] = {item["id"]: item for item in decode_objects([joined])}
@@ -172,22 +178,24 @@ class SqlDatabase:
         return loaded
 
     async def reserve_positions(
-        self, conn: AsyncConnection, conversation_id: str, count: int
+        self, conn: AsyncConnection, tenant: str, conversation_id: str, count: int
     ) -> int | None:
-        """Lock the conversation and reserve ``count`` positions; the first one, or None."""
-        next_position = await conn.scalar(
-            self.queries.reserve_one, {"conversation_id": conversation_id, "count": count}
-        )
+        """Lock ``tenant``'s conversation and reserve ``count`` positions; the first one, or
+        None (no such conversation of the tenant)."""
+        values = {"conversation_id": conversation_id, "count": count, "for_tenant": tenant}
+        next_position = await conn.scalar(self.queries.reserve_one, values)
         return None if next_position is None else int(next_position) - count
 
-    async def reserve_many(self, conn: AsyncConnection, counts: dict[str, int]) -> dict[str, int]:
-        """``reserve_positions`` for several conversations at once: their first positions
-        (a missing conversation is missing from the result)."""
+    async def reserve_many(
+        self, conn: AsyncConnection, tenant: str, counts: dict[str, int]
+    ) -> dict[str, int]:
+        """``reserve_positions`` for several of ``tenant``'s conversations at once: their
+        first positions (a missing conversation is missing from the result)."""
         if len(counts) == 1:
             [(conversation_id, count)] = counts.items()
-            start = await self.reserve_positions(conn, conversation_id, count)
+            start = await self.reserve_positions(conn, tenant, conversation_id, count)
             return {} if start is None else {conversation_id: start}
-        param = {"counts": json_dumps(dict(sorted(counts.items())))}
+        param = {"counts": json_dumps(dict(sorted(counts.items()))), "for_tenant": tenant}
         if self.queries.lock_many is not None:
             # Row locks in id order, so that concurrent batches never deadlock.
             await conn.execute(self.queries.lock_many, param)
@@ -195,13 +203,18 @@ class SqlDatabase:
         return {row[0]: int(row[1]) - counts[row[0]] for row in rows}
 
     async def append(
-        self, conn: AsyncConnection, conversation_id: str, start: int, item_ids: Sequence[str]
+        self,
+        conn: AsyncConnection,
+        tenant: str,
+        conversation_id: str,
+        start: int,
+        item_ids: Sequence[str],
     ) -> None:
-        """Put ``item_ids`` in the conversation from position ``start`` (reserved before)."""
+        """Put ``item_ids`` in ``tenant``'s conversation from position ``start`` (reserved
+        before)."""
         if item_ids:
-            await conn.execute(
-                insert(conversation_items), position_rows(conversation_id, start, item_ids)
-            )
+            rows = position_rows(tenant, conversation_id, start, item_ids)
+            await conn.execute(insert(conversation_items), rows)
 
     async def aclose(self) -> None:
         if self.inline is not None:

@@ -9,6 +9,8 @@ the ``background_jobs`` and ``background_events`` tables.
   ``UPDATE`` that repeats the lease test: of several processes racing for one job, one update
   matches, so each job is claimed by one process only.
 - ``lease_until`` is stored in milliseconds since the epoch.
+- A job and its events carry the job's ``tenant``; every statement about one job names it, so
+  another tenant's job is not found (``claim_lapsed`` and ``purge_finished`` span tenants).
 
 Every store on the same database sees the others' writes (several gateway processes).
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, insert, select, update
@@ -39,6 +42,7 @@ _JOB_COLUMNS = (
     background_jobs.c.attempts,
     background_jobs.c.created_at,
     background_jobs.c.finished_at,
+    background_jobs.c.tenant,
 )
 
 
@@ -47,7 +51,8 @@ def _ms(seconds: float) -> int:
 
 
 def _job(row: Sequence[Any]) -> BackgroundJob:
-    response_id, status, request, response, resumable, owner, lease, attempts, created, done = row
+    response_id, status, request, response, resumable, owner = row[:6]
+    lease, attempts, created, done, tenant = row[6:]
     return BackgroundJob(
         response_id=response_id,
         status=status,
@@ -59,6 +64,7 @@ def _job(row: Sequence[Any]) -> BackgroundJob:
         attempts=int(attempts),
         created_at=int(created),
         finished_at=None if done is None else int(done),
+        tenant=tenant,
     )
 
 
@@ -80,23 +86,32 @@ class SqlJobs:
             "attempts": job.attempts,
             "created_at": job.created_at,
             "finished_at": job.finished_at,
+            "tenant": job.tenant,
         }
-        event = {"response_id": job.response_id, "sequence_number": 0, "event": first_event}
+        event = {
+            "response_id": job.response_id,
+            "sequence_number": 0,
+            "event": first_event,
+            "tenant": job.tenant,
+        }
         async with self._db.write() as conn:
             await conn.execute(insert(background_jobs), row)
             await conn.execute(insert(background_events), event)
 
-    async def get_job(self, response_id: str) -> BackgroundJob | None:
+    async def get_job(self, response_id: str, *, tenant: str) -> BackgroundJob | None:
         """A fast read (``SqlDatabase.fetch``: the poll of a background response)."""
-        rows = await self._db.fetch("get_job", response_id=response_id)
+        rows = await self._db.fetch("get_job", response_id=response_id, tenant=tenant)
         if not rows:
             return None
         row = list(rows[0])
         row[2], row[3] = json_loads(row[2]), json_loads(row[3])
         return _job(row)
 
-    async def renew_lease(self, response_id: str, owner: str, lease_until: float) -> bool:
-        return await self._update_active(response_id, owner, {"lease_until": _ms(lease_until)})
+    async def renew_lease(
+        self, response_id: str, owner: str, lease_until: float, *, tenant: str
+    ) -> bool:
+        values = {"lease_until": _ms(lease_until)}
+        return await self._update_active(_Job(tenant, response_id), owner, values)
 
     async def update_job(
         self,
@@ -105,27 +120,32 @@ class SqlJobs:
         response: JsonObject,
         now: int,
         events: Sequence[LoggedEvent] = (),
+        *,
+        tenant: str,
     ) -> bool:
         status = str(response["status"])
         values: dict[str, Any] = {"status": status, "response": response}
         if status in FINAL_STATUSES:  # a finished job is not continued: its checkpoint goes
             values.update(finished_at=now, checkpoint=None)
-        return await self._update_active(response_id, owner, values, events)
+        return await self._update_active(_Job(tenant, response_id), owner, values, events)
 
-    async def cancel_job(self, response_id: str, response: JsonObject, now: int) -> bool:
+    async def cancel_job(
+        self, response_id: str, response: JsonObject, now: int, *, tenant: str
+    ) -> bool:
         values: dict[str, Any] = {"status": "cancelled", "response": response}
         values.update(finished_at=now, checkpoint=None)
-        return await self._update_active(response_id, None, values)
+        return await self._update_active(_Job(tenant, response_id), None, values)
 
     async def _update_active(
         self,
-        response_id: str,
+        job: _Job,
         owner: str | None,
         values: dict[str, Any],
         events: Sequence[LoggedEvent] = (),
     ) -> bool:
         statement = update(background_jobs).where(
-            background_jobs.c.response_id == response_id,
+            background_jobs.c.response_id == job.response_id,
+            background_jobs.c.tenant == job.tenant,
             background_jobs.c.status.in_(_ACTIVE),
         )
         if owner is not None:
@@ -133,22 +153,28 @@ class SqlJobs:
         async with self._db.write() as conn:
             result = await conn.execute(statement.values(**values))
             if result.rowcount and events:
-                await conn.execute(insert(background_events), _event_rows(response_id, events))
+                await conn.execute(insert(background_events), _event_rows(job, events))
         return bool(result.rowcount)
 
-    async def log_events(self, response_id: str, owner: str, events: Sequence[LoggedEvent]) -> bool:
+    async def log_events(
+        self, response_id: str, owner: str, events: Sequence[LoggedEvent], *, tenant: str
+    ) -> bool:
         # A no-op update: it checks the owner and locks the row for the inserts.
         touch: dict[str, Any] = {"owner": background_jobs.c.owner}
-        return await self._update_active(response_id, owner, touch, events)
+        return await self._update_active(_Job(tenant, response_id), owner, touch, events)
 
-    async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
-        return await self._update_active(response_id, owner, {"checkpoint": checkpoint})
+    async def save_checkpoint(
+        self, response_id: str, owner: str, checkpoint: JsonObject, *, tenant: str
+    ) -> bool:
+        values = {"checkpoint": checkpoint}
+        return await self._update_active(_Job(tenant, response_id), owner, values)
 
-    async def get_checkpoint(self, response_id: str) -> JsonObject | None:
+    async def get_checkpoint(self, response_id: str, *, tenant: str) -> JsonObject | None:
         async with self._db.read() as conn:
             checkpoint = await conn.scalar(
                 select(background_jobs.c.checkpoint).where(
-                    background_jobs.c.response_id == response_id
+                    background_jobs.c.response_id == response_id,
+                    background_jobs.c.tenant == tenant,
                 )
             )
         return checkpoint if isinstance(checkpoint, dict) else None
@@ -190,18 +216,24 @@ class SqlJobs:
                     )
         return claimed
 
-    async def append_events(self, response_id: str, events: Sequence[LoggedEvent]) -> None:
+    async def append_events(
+        self, response_id: str, events: Sequence[LoggedEvent], *, tenant: str
+    ) -> None:
         if not events:
             return
+        rows = _event_rows(_Job(tenant, response_id), events)
         async with self._db.write() as conn:
-            await conn.execute(insert(background_events), _event_rows(response_id, events))
+            await conn.execute(insert(background_events), rows)
 
-    async def read_events(self, response_id: str, after: int, limit: int) -> list[LoggedEvent]:
+    async def read_events(
+        self, response_id: str, after: int, limit: int, *, tenant: str
+    ) -> list[LoggedEvent]:
         async with self._db.read() as conn:
             rows = await conn.execute(
                 select(background_events.c.sequence_number, background_events.c.event)
                 .where(
                     background_events.c.response_id == response_id,
+                    background_events.c.tenant == tenant,
                     background_events.c.sequence_number > after,
                 )
                 .order_by(background_events.c.sequence_number)
@@ -209,25 +241,34 @@ class SqlJobs:
             )
             return [LoggedEvent(int(number), event) for number, event in rows.all()]
 
-    async def last_sequence_number(self, response_id: str) -> int | None:
+    async def last_sequence_number(self, response_id: str, *, tenant: str) -> int | None:
         async with self._db.read() as conn:
             number = await conn.scalar(
                 select(background_events.c.sequence_number)
-                .where(background_events.c.response_id == response_id)
+                .where(
+                    background_events.c.response_id == response_id,
+                    background_events.c.tenant == tenant,
+                )
                 .order_by(background_events.c.sequence_number.desc())
                 .limit(1)
             )
         return None if number is None else int(number)
 
-    async def delete_job(self, response_id: str) -> bool:
+    async def delete_job(self, response_id: str, *, tenant: str) -> bool:
         async with self._db.write() as conn:
             # The job first: its row lock waits for a write of its owner under way (PostgreSQL),
             # so the events that write logs are there to be deleted next, not left behind.
             result = await conn.execute(
-                delete(background_jobs).where(background_jobs.c.response_id == response_id)
+                delete(background_jobs).where(
+                    background_jobs.c.response_id == response_id,
+                    background_jobs.c.tenant == tenant,
+                )
             )
             await conn.execute(
-                delete(background_events).where(background_events.c.response_id == response_id)
+                delete(background_events).where(
+                    background_events.c.response_id == response_id,
+                    background_events.c.tenant == tenant,
+                )
             )
         return bool(result.rowcount)
 
@@ -242,8 +283,21 @@ class SqlJobs:
         return int(result.rowcount or 0)
 
 
-def _event_rows(response_id: str, events: Sequence[LoggedEvent]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class _Job:
+    """Which job a statement is about: a tenant's response id."""
+
+    tenant: str
+    response_id: str
+
+
+def _event_rows(job: _Job, events: Sequence[LoggedEvent]) -> list[dict[str, Any]]:
     return [
-        {"response_id": response_id, "sequence_number": e.sequence_number, "event": e.event}
+        {
+            "response_id": job.response_id,
+            "sequence_number": e.sequence_number,
+            "event": e.event,
+            "tenant": job.tenant,
+        }
         for e in events
     ]

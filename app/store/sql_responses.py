@@ -9,6 +9,9 @@
 - A response row records the first response of its ``previous_response_id`` chain
   (``root_id``, its own id for a root; NULL in rows from before migration 0003, read as the
   row's own id).
+- Every row is its tenant's: a response is read, listed and deleted only by its tenant, its
+  checkpoint's ids name that tenant's items, and a save appends only to a conversation of the
+  same tenant.
 - A save into a conversation appends its input and output ids to it (positions reserved as in
   ``sql_database``); ``save_response`` raises ``ConversationNotFoundError`` when the
   conversation is gone (nothing is written), ``list_input_items`` ``UnknownCursorError`` for an
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.ports import NewResponse, Page, StoredResponse
 from app.core.store_errors import ConversationNotFoundError, UnknownCursorError
@@ -37,6 +41,9 @@ from app.store.tables import ITEM_SCHEMA_VERSION, conversation_items, responses
 # Most saves one transaction may carry (group commit).
 SAVE_BATCH_MAX = 128
 
+# One save: the tenant and what it stores.
+Save = tuple[str, NewResponse]
+
 
 class SqlResponses:
     """Responses and their items on a ``SqlDatabase``."""
@@ -51,8 +58,8 @@ class SqlResponses:
             self.save_many, max_batch=SAVE_BATCH_MAX, max_writers=1 if db.is_sqlite else 4
         )
 
-    async def get_response(self, response_id: str) -> StoredResponse | None:
-        rows = await self._db.fetch("get_response", response_id=response_id)
+    async def get_response(self, response_id: str, *, tenant: str) -> StoredResponse | None:
+        rows = await self._db.fetch("get_response", response_id=response_id, tenant=tenant)
         if not rows:
             return None
         response, checkpoint_ids, input_item_ids, conversation_id, created_at, root_id = rows[0]
@@ -66,23 +73,24 @@ class SqlResponses:
             root_id=root_id or response_id,
         )
 
-    async def load_items(self, item_ids: list[str]) -> list[JsonObject]:
-        return await self._db.load(None, item_ids)
+    async def load_items(self, item_ids: list[str], *, tenant: str) -> list[JsonObject]:
+        return await self._db.load(None, item_ids, tenant=tenant)
 
-    async def existing_item_ids(self, item_ids: list[str]) -> set[str]:
+    async def existing_item_ids(self, item_ids: list[str], *, tenant: str) -> set[str]:
         if not item_ids:
             return set()
-        rows = await self._db.fetch("existing_ids", ids=json_dumps(item_ids))
+        rows = await self._db.fetch("existing_ids", ids=json_dumps(item_ids), tenant=tenant)
         return {row[0] for row in rows}
 
-    async def save_response(self, new: NewResponse) -> None:
-        await self.saves.submit(new)
+    async def save_response(self, new: NewResponse, *, tenant: str) -> None:
+        await self.saves.submit((tenant, new))
 
-    async def save_many(self, batch: Sequence[NewResponse]) -> None:
+    async def save_many(self, batch: Sequence[Save]) -> None:
         """Write a batch of responses in one transaction (see ``GroupCommitter``)."""
         response_rows: list[dict[str, Any]] = []
-        appends: dict[str, list[list[str]]] = {}  # conversation id -> id lists, in batch order
-        for new in batch:
+        # (tenant, conversation id) -> id lists, in batch order
+        appends: dict[tuple[str, str], list[list[str]]] = {}
+        for tenant, new in batch:
             response = new.response
             output_ids = [str(item["id"]) for item in response.get("output") or ()]
             response_rows.append(
@@ -97,10 +105,11 @@ class SqlResponses:
                     "input_item_ids": list(new.input_item_ids),
                     "response": response,
                     "root_id": new.root_id or response["id"],
+                    "tenant": tenant,
                 }
             )
             if new.conversation_id is not None:
-                appends.setdefault(new.conversation_id, []).append(
+                appends.setdefault((tenant, new.conversation_id), []).append(
                     [*new.input_item_ids, *output_ids]
                 )
         if self._sqlite_writer is not None:
@@ -108,35 +117,46 @@ class SqlResponses:
             return
         db = self._db
         async with db.write() as conn:
-            await db.store_items(conn, [item for new in batch for item in new.new_items])
+            new_items = [(tenant, item) for tenant, new in batch for item in new.new_items]
+            await db.store_items(conn, new_items)
             await conn.execute(insert(responses), response_rows)
             if appends:
-                counts = {key: sum(map(len, blocks)) for key, blocks in appends.items()}
-                starts = await db.reserve_many(conn, counts)
-                missing = sorted(set(counts) - set(starts))
-                if missing:
-                    raise ConversationNotFoundError(missing[0])
-                rows: list[dict[str, Any]] = []
-                for conversation_id, blocks in appends.items():
-                    item_ids = [item_id for block in blocks for item_id in block]
-                    rows += position_rows(conversation_id, starts[conversation_id], item_ids)
-                await conn.execute(insert(conversation_items), rows)
+                await self._append_all(conn, appends)
+
+    async def _append_all(
+        self, conn: AsyncConnection, appends: dict[tuple[str, str], list[list[str]]]
+    ) -> None:
+        """Append each save's ids to its conversation, the conversations of one tenant at a
+        time (tenants in order: concurrent batches lock in the same order)."""
+        rows: list[dict[str, Any]] = []
+        for tenant in sorted({tenant for tenant, _ in appends}):
+            blocks_of = {key[1]: blocks for key, blocks in appends.items() if key[0] == tenant}
+            counts = {key: sum(map(len, blocks)) for key, blocks in blocks_of.items()}
+            starts = await self._db.reserve_many(conn, tenant, counts)
+            missing = sorted(set(counts) - set(starts))
+            if missing:  # gone, or another tenant's
+                raise ConversationNotFoundError(missing[0])
+            for conversation_id, blocks in blocks_of.items():
+                item_ids = [item_id for block in blocks for item_id in block]
+                start = starts[conversation_id]
+                rows += position_rows(tenant, conversation_id, start, item_ids)
+        await conn.execute(insert(conversation_items), rows)
 
     async def _save_many_sqlite(
         self,
-        batch: Sequence[NewResponse],
+        batch: Sequence[Save],
         response_rows: list[dict[str, Any]],
-        appends: dict[str, list[list[str]]],
+        appends: dict[tuple[str, str], list[list[str]]],
     ) -> None:
         assert self._sqlite_writer is not None and self._db.write_lock is not None
         now = int(time.time())
-        items: dict[str, tuple[Any, ...]] = {}
-        for new in batch:
+        items: dict[tuple[str, str], tuple[Any, ...]] = {}
+        for tenant, new in batch:
             for item in new.new_items:
-                item_id = str(item["id"])
-                if item_id not in items:  # the first copy of an id given twice is stored
+                key = (tenant, str(item["id"]))
+                if key not in items:  # the first copy of an id given twice is stored
                     kind = str(item.get("type", "message"))
-                    items[item_id] = (item_id, kind, ITEM_SCHEMA_VERSION, now, json_dumps(item))
+                    items[key] = (*key, kind, ITEM_SCHEMA_VERSION, now, json_dumps(item))
         rows = [
             (
                 row["id"],
@@ -149,6 +169,7 @@ class SqlResponses:
                 json_dumps(row["input_item_ids"]),
                 json_dumps(row["response"]),
                 row["root_id"],
+                row["tenant"],
             )
             for row in response_rows
         ]
@@ -159,17 +180,21 @@ class SqlResponses:
                 lambda connection: write_saves(connection, ordered_items, rows, flat)
             )
 
-    async def delete_response(self, response_id: str) -> bool:
+    async def delete_response(self, response_id: str, *, tenant: str) -> bool:
         async with self._db.write() as conn:
-            result = await conn.execute(delete(responses).where(responses.c.id == response_id))
+            result = await conn.execute(
+                delete(responses).where(responses.c.id == response_id, responses.c.tenant == tenant)
+            )
             return bool(result.rowcount)
 
     async def list_input_items(
-        self, response_id: str, *, after: str | None, limit: int, order: str
+        self, response_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         async with self._db.read() as conn:
             ids = await conn.scalar(
-                select(responses.c.input_item_ids).where(responses.c.id == response_id)
+                select(responses.c.input_item_ids).where(
+                    responses.c.id == response_id, responses.c.tenant == tenant
+                )
             )
             if ids is None:
                 return None
@@ -181,7 +206,7 @@ class SqlResponses:
                 # The last occurrence: paging always moves forward, even over repeated ids.
                 start = len(ordered) - ordered[::-1].index(after)
             window = ordered[start : start + limit + 1]
-            loaded = await self._db.load(conn, window[:limit])
+            loaded = await self._db.load(conn, window[:limit], tenant=tenant)
         return Page(items=loaded, has_more=len(window) > limit)
 
     async def close_saves(self) -> None:

@@ -21,20 +21,21 @@ from app.core.store_errors import ConversationNotFoundError
 T = TypeVar("T")
 
 INSERT_ITEM = (
-    "INSERT INTO items (id, type, schema_version, created_at, payload) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT DO NOTHING"
+    "INSERT INTO items (tenant, id, type, schema_version, created_at, payload) "
+    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 INSERT_RESPONSE = (
     "INSERT INTO responses (id, created_at, status, model, previous_response_id, "
-    "conversation_id, checkpoint_ids, input_item_ids, response, root_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "conversation_id, checkpoint_ids, input_item_ids, response, root_id, tenant) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 RESERVE_POSITIONS = (
-    "UPDATE conversations SET next_position = next_position + ? WHERE id = ? "
+    "UPDATE conversations SET next_position = next_position + ? WHERE id = ? AND tenant = ? "
     "RETURNING next_position"
 )
 INSERT_CONVERSATION_ITEM = (
-    "INSERT INTO conversation_items (conversation_id, position, item_id) VALUES (?, ?, ?)"
+    "INSERT INTO conversation_items (conversation_id, position, item_id, tenant) "
+    "VALUES (?, ?, ?, ?)"
 )
 
 
@@ -101,19 +102,24 @@ def write_saves(
     connection: sqlite3.Connection,
     items: Sequence[tuple[Any, ...]],
     responses: Sequence[tuple[Any, ...]],
-    appends: dict[str, list[str]],
+    appends: dict[tuple[str, str], list[str]],
 ) -> None:
-    """Insert items (if absent) and responses, and append to conversations: one batch."""
+    """Insert items (if absent) and responses, and append to conversations (by tenant and
+    conversation id: another tenant's conversation is not found): one batch."""
     if items:
         connection.executemany(INSERT_ITEM, items)
     connection.executemany(INSERT_RESPONSE, responses)
-    for conversation_id in sorted(appends):
-        item_ids = appends[conversation_id]
-        row = connection.execute(RESERVE_POSITIONS, (len(item_ids), conversation_id)).fetchone()
+    for tenant, conversation_id in sorted(appends):
+        item_ids = appends[tenant, conversation_id]
+        reserve = (len(item_ids), conversation_id, tenant)
+        row = connection.execute(RESERVE_POSITIONS, reserve).fetchone()
         if row is None:
             raise ConversationNotFoundError(conversation_id)
         start = int(row[0]) - len(item_ids)
         connection.executemany(
             INSERT_CONVERSATION_ITEM,
-            [(conversation_id, start + offset, item_id) for offset, item_id in enumerate(item_ids)],
+            [
+                (conversation_id, start + offset, item_id, tenant)
+                for offset, item_id in enumerate(item_ids)
+            ],
         )

@@ -3,11 +3,13 @@ the chunk index's full-text objects that the metadata cannot describe (created b
 here too; ``include_name`` keeps them out of alembic's comparisons, and ``compare_type`` accepts
 either form of ``chunks.embedding`` on PostgreSQL: ``real[]``, or pgvector's ``vector``).
 
-Items are stored once, keyed by their public id. A response keeps its continuation checkpoint
-as an ordered JSON list of item ids, and a conversation its items as ordered rows, so that
-rehydrating any history is one bulk read by ids, never a walk up ``previous_response_id``;
-likewise a response records its chain's first response (``root_id``), whose id names the
-chain's tool engine session (``tool_sessions``).
+Every row belongs to a tenant (``tenant``, ``app.core.tenancy``; rows from before migration
+0006 belong to ``DEFAULT_TENANT``): every read filters by it. Items are stored once per tenant,
+keyed by (tenant, public id): a client-chosen id (``msg_1``) is the client's own. A response
+keeps its continuation checkpoint as an ordered JSON list of item ids, and a conversation its
+items as ordered rows, so that rehydrating any history is one bulk read by ids, never a walk
+up ``previous_response_id``; likewise a response records its chain's first response
+(``root_id``), whose id names the chain's tool engine session (``tool_sessions``).
 JSON columns use the ``json`` type (not ``jsonb``) so that objects come back with their keys
 in the order they were written: ``GET /v1/responses/{id}`` returns what the stream carried.
 """
@@ -59,6 +61,7 @@ TENANT = String(128)
 items = Table(
     "items",
     metadata,
+    Column("tenant", TENANT, primary_key=True),
     Column("id", ID, primary_key=True),
     Column("type", String(64), nullable=False),
     Column("schema_version", Integer, nullable=False, default=ITEM_SCHEMA_VERSION),
@@ -83,6 +86,7 @@ responses = Table(
     # rows written before migration 0003, which read as their own id): the chain's tool
     # engine session id.
     Column("root_id", ID, nullable=True),
+    Column("tenant", TENANT, nullable=False),
 )
 
 conversations = Table(
@@ -93,6 +97,7 @@ conversations = Table(
     Column("metadata", JSON, nullable=False),
     # Next free position: appends take positions by bumping it in the same transaction.
     Column("next_position", Integer, nullable=False, default=0),
+    Column("tenant", TENANT, nullable=False),
 )
 
 conversation_items = Table(
@@ -106,17 +111,21 @@ conversation_items = Table(
     ),
     Column("position", Integer, primary_key=True),
     Column("item_id", ID, nullable=False),
+    # The conversation's tenant: its items are that tenant's ``items`` rows.
+    Column("tenant", TENANT, nullable=False),
 )
 
 Index(None, conversation_items.c.conversation_id, conversation_items.c.item_id)
 Index(None, responses.c.conversation_id)
 
-# One tool engine session's state (``app.core.engines.ToolSessionStore``), by session id: a
-# conversation's id or a chain's root response id. Not a foreign key (a chain's root response
-# may be deleted while its children continue); deleting a conversation deletes its session.
+# One tool engine session's state (``app.core.engines.ToolSessionStore``), by tenant and
+# session id: a conversation's id or a chain's root response id. Not a foreign key (a chain's
+# root response may be deleted while its children continue); deleting a conversation deletes
+# its session.
 tool_sessions = Table(
     "tool_sessions",
     metadata,
+    Column("tenant", TENANT, primary_key=True),
     Column("session_id", ID, primary_key=True),
     Column("state", JSON, nullable=False),
     Column("created_at", BigInteger, nullable=False),
@@ -142,6 +151,9 @@ background_jobs = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("finished_at", BigInteger, nullable=True),
     Column("checkpoint", JSON, nullable=True),  # the tool loop's last (core.checkpoint)
+    # Whose response it is (``owner`` is the process holding the lease): a process that takes
+    # the job over runs and stores it for this tenant.
+    Column("tenant", TENANT, nullable=False),
 )
 
 Index(None, background_jobs.c.status, background_jobs.c.lease_until)
@@ -153,6 +165,7 @@ background_events = Table(
     Column("response_id", ID, primary_key=True),
     Column("sequence_number", Integer, primary_key=True),
     Column("event", JSON, nullable=False),
+    Column("tenant", TENANT, nullable=False),
 )
 
 

@@ -62,30 +62,32 @@ class FaultyResponseStore(MemoryResponseStore):
         if method in self.fault:
             raise self.fault[method]
 
-    async def save_response(self, new: NewResponse) -> None:
+    async def save_response(self, new: NewResponse, *, tenant: str) -> None:
         self._raise_fault("save_response")
         if self.drop_conversation_on_save and new.conversation_id is not None:
-            await self.delete_conversation(new.conversation_id)
-        await super().save_response(new)
+            await self.delete_conversation(new.conversation_id, tenant=tenant)
+        await super().save_response(new, tenant=tenant)
 
     async def list_input_items(
-        self, response_id: str, *, after: str | None, limit: int, order: str
+        self, response_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         self._raise_fault("list_input_items")
-        return await super().list_input_items(response_id, after=after, limit=limit, order=order)
+        return await super().list_input_items(
+            response_id, tenant=tenant, after=after, limit=limit, order=order
+        )
 
     async def append_conversation_items(
-        self, conversation_id: str, items: list[JsonObject]
+        self, conversation_id: str, items: list[JsonObject], *, tenant: str
     ) -> list[JsonObject] | None:
         self._raise_fault("append_conversation_items")
-        return await super().append_conversation_items(conversation_id, items)
+        return await super().append_conversation_items(conversation_id, items, tenant=tenant)
 
     async def list_conversation_items(
-        self, conversation_id: str, *, after: str | None, limit: int, order: str
+        self, conversation_id: str, *, tenant: str, after: str | None, limit: int, order: str
     ) -> Page | None:
         self._raise_fault("list_conversation_items")
         return await super().list_conversation_items(
-            conversation_id, after=after, limit=limit, order=order
+            conversation_id, tenant=tenant, after=after, limit=limit, order=order
         )
 
 

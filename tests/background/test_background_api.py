@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from app.core.jobs import BackgroundJob, LoggedEvent
+from app.core.tenancy import DEFAULT_TENANT
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
@@ -220,6 +221,7 @@ def _dead_job(url: str, response_id: str, body: JsonObject, created: JsonObject)
                 lease_until=time.time() - 60,
                 attempts=1,
                 created_at=int(time.time()),
+                tenant=DEFAULT_TENANT,
             )
             await store.add_job(job, created)
         finally:
@@ -264,7 +266,7 @@ def test_a_job_whose_process_died_is_taken_over_at_start(database_url: str) -> N
         store = SqlResponseStore(create_engine_for(database_url))
         try:
             event = {"type": "response.mcp_call.completed", "sequence_number": 1}
-            await store.append_events(response_id, [LoggedEvent(1, event)])
+            await store.append_events(response_id, [LoggedEvent(1, event)], tenant=DEFAULT_TENANT)
         finally:
             await store.aclose()
 

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from app.core.jobs import BackgroundJob, LoggedEvent
+from app.core.tenancy import DEFAULT_TENANT
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.store.engine import create_engine_for
@@ -25,12 +26,15 @@ from tests.background.test_background_api import (
 from tests.fakes import ScriptedUpstream, message
 from tests.helpers import in_process, openai_client
 from tests.postgres import run_in_thread
+from tests.tenants import client_as, tenants_gateway
 
 __all__ = ["database_url"]  # the fixture, parametrized on SQLite and PostgreSQL
 
 
-def write_job(url: str, response_id: str, *, owner: str, lease_until: float) -> None:
-    """The job record of another gateway process (queued: nothing has run yet)."""
+def write_job(
+    url: str, response_id: str, *, owner: str, lease_until: float, tenant: str = DEFAULT_TENANT
+) -> None:
+    """The job record of another gateway process (queued: nothing has run yet), ``tenant``'s."""
     response: JsonObject = {
         "id": response_id,
         "object": "response",
@@ -54,6 +58,7 @@ def write_job(url: str, response_id: str, *, owner: str, lease_until: float) -> 
                 lease_until=lease_until,
                 attempts=1,
                 created_at=int(time.time()),
+                tenant=tenant,
             )
             await store.add_job(
                 job, {"type": "response.created", "sequence_number": 0, "response": response}
@@ -64,11 +69,14 @@ def write_job(url: str, response_id: str, *, owner: str, lease_until: float) -> 
     run_in_thread(write)
 
 
-def read_job(url: str, response_id: str) -> tuple[BackgroundJob | None, list[LoggedEvent]]:
+def read_job(
+    url: str, response_id: str, tenant: str = DEFAULT_TENANT
+) -> tuple[BackgroundJob | None, list[LoggedEvent]]:
     async def read() -> tuple[BackgroundJob | None, list[LoggedEvent]]:
         store = SqlResponseStore(create_engine_for(url))
         try:
-            return await store.get_job(response_id), await store.read_events(response_id, -1, 99)
+            job = await store.get_job(response_id, tenant=tenant)
+            return job, await store.read_events(response_id, -1, 99, tenant=tenant)
         finally:
             await store.aclose()
 
@@ -90,6 +98,31 @@ def test_a_job_another_process_runs_is_cancelled_here(database_url: str) -> None
     assert job is not None and job.status == "cancelled"
     assert upstream.requests == []  # this process ran nothing
     # the owner's lease renewal is refused from now on: it stops its run (tests/store contract)
+
+
+def test_a_job_taken_over_runs_and_stores_as_its_tenant(database_url: str) -> None:
+    settings = settings_for(database_url, background_lease_seconds=0.2)
+    upstream = ScriptedUpstream([[message("acme's answer")]])
+    with tenants_gateway(settings, upstream) as http:
+        acme, other = client_as(http, "acme"), client_as(http, DEFAULT_TENANT)
+        write_job(
+            database_url,
+            "resp_of_acme",
+            owner="other:3:dead",
+            lease_until=time.time() + 0.3,
+            tenant="acme",
+        )
+        final = wait_for_status(acme, "resp_of_acme", {"completed", "failed"})
+        assert final.status == "completed", final.error
+        assert final.output_text == "acme's answer"
+        # what the run stored is acme's: another tenant does not see it, nor its event log
+        with pytest.raises(openai.NotFoundError):
+            other.responses.retrieve("resp_of_acme")
+        with pytest.raises(openai.NotFoundError):
+            other.responses.retrieve("resp_of_acme", stream=True)
+    job, logged = read_job(database_url, "resp_of_acme", "acme")
+    assert job is not None and job.tenant == "acme" and job.attempts == 2
+    assert logged and read_job(database_url, "resp_of_acme") == (None, [])
 
 
 def test_a_job_whose_lease_lapses_is_taken_over_by_the_sweep(database_url: str) -> None:

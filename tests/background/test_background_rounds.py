@@ -18,6 +18,7 @@ import pytest
 from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.engines import EngineCall, EngineResult, ToolSpec
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.core.tool_sessions import ToolSessions
 from app.core.tools import PreparedTools, ToolContext
 from app.protocol.json_types import JsonObject
@@ -102,7 +103,7 @@ class SessionToolKit(FakeToolKit):
     async def _count(self, args: JsonObject) -> str:
         spec = ToolSpec("tally", "tally")
         call = EngineCall("c", spec, json.dumps(args))
-        [result] = await self._tally.run(self.sessions[-1], [call])
+        [result] = await self._tally.run(self.sessions[-1], [call], tenant=DEFAULT_TENANT)
         return result.output
 
     async def prepare(
@@ -143,11 +144,13 @@ class HeldCheckpoints(MemoryResponseStore):
         self.last_round = last_round
         self.held = asyncio.Event()
 
-    async def save_checkpoint(self, response_id: str, owner: str, checkpoint: JsonObject) -> bool:
+    async def save_checkpoint(
+        self, response_id: str, owner: str, checkpoint: JsonObject, *, tenant: str
+    ) -> bool:
         if int(checkpoint["round"]) > self.last_round:
             self.held.set()
             await asyncio.Event().wait()
-        return await super().save_checkpoint(response_id, owner, checkpoint)
+        return await super().save_checkpoint(response_id, owner, checkpoint, tenant=tenant)
 
 
 def add(a: int, b: int, call_id: str) -> JsonObject:
@@ -194,7 +197,7 @@ async def die(process: BackgroundResponses, response_id: str) -> None:
 
 async def followed(process: BackgroundResponses, response_id: str) -> list[JsonObject]:
     async with asyncio.timeout(30):
-        return [e async for e in await process.stream(response_id, -1)]
+        return [e async for e in await process.stream(response_id, -1, tenant=DEFAULT_TENANT)]
 
 
 async def test_a_job_continues_from_its_last_completed_tool_round(store: Any) -> None:
@@ -202,11 +205,11 @@ async def test_a_job_continues_from_its_last_completed_tool_round(store: Any) ->
     kit_a, kit_b = SessionToolKit([tool], store), SessionToolKit([tool], store)
     first = DyingUpstream([[add(2, 3, "call_1"), tally(5)]])
     a = gateway(store, first, kit_a, "process-a", clock)
-    queued = await a.create(ParsedRequest.from_body(BODY), {})
+    queued = await a.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     response_id = str(queued["id"])
     async with asyncio.timeout(30):
         await first.hanging.wait()  # round 2's inference: round 1's checkpoint is saved
-    saved = await store.get_checkpoint(response_id)
+    saved = await store.get_checkpoint(response_id, tenant=DEFAULT_TENANT)
     assert saved is not None and saved["round"] == 1
     await die(a, response_id)
 
@@ -236,10 +239,11 @@ async def test_a_job_continues_from_its_last_completed_tool_round(store: Any) ->
     )
     assert restart["sequence_number"] > saved["sequence_number"]
     assert restart["response"]["output"] == final["output"][:2]
-    job = await store.get_job(response_id)
+    job = await store.get_job(response_id, tenant=DEFAULT_TENANT)
     assert job.status == "completed" and job.attempts == 2
-    assert await store.get_checkpoint(response_id) is None  # finished: the checkpoint went
-    assert (await b.get(response_id)) == final
+    # finished: the checkpoint went
+    assert await store.get_checkpoint(response_id, tenant=DEFAULT_TENANT) is None
+    assert (await b.get(response_id, tenant=DEFAULT_TENANT)) == final
     # the continued run works in the same tool session (engines find its state in the store)
     assert kit_a.sessions == kit_b.sessions == [response_id]
 
@@ -249,7 +253,7 @@ async def test_a_tool_result_logged_after_the_checkpoint_fails_the_job() -> None
     store = HeldCheckpoints(last_round=1)
     first = ScriptedUpstream([[add(2, 3, "call_1")], [add(4, 5, "call_2")]])
     a = gateway(store, first, FakeToolKit([tool]), "process-a", clock)
-    queued = await a.create(ParsedRequest.from_body(BODY), {})
+    queued = await a.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     response_id = str(queued["id"])
     async with asyncio.timeout(30):
         await store.held.wait()  # round 2's result is logged, its checkpoint not yet saved
@@ -275,11 +279,11 @@ async def test_a_job_whose_process_died_during_a_tool_call_is_failed_not_run_aga
     store = MemoryResponseStore()
     first = ScriptedUpstream([[add(2, 3, "call_1")], [add(4, 5, "call_2")]])
     a = gateway(store, first, FakeToolKit([tool]), "process-a", clock)
-    queued = await a.create(ParsedRequest.from_body(BODY), {})
+    queued = await a.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     response_id = str(queued["id"])
     async with asyncio.timeout(30):
         await tool.hanging.wait()  # round 2's call runs; round 1's checkpoint is saved
-    saved = await store.get_checkpoint(response_id)
+    saved = await store.get_checkpoint(response_id, tenant=DEFAULT_TENANT)
     assert saved["round"] == 1 and saved["calls_started"] is True
     await die(a, response_id)
 
@@ -302,11 +306,11 @@ async def test_a_job_whose_process_died_during_its_first_tool_call_is_failed() -
     store = MemoryResponseStore()
     first = ScriptedUpstream([[add(2, 3, "call_1")]])
     a = gateway(store, first, FakeToolKit([tool]), "process-a", clock)
-    queued = await a.create(ParsedRequest.from_body(BODY), {})
+    queued = await a.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     response_id = str(queued["id"])
     async with asyncio.timeout(30):
         await tool.hanging.wait()
-    saved = await store.get_checkpoint(response_id)
+    saved = await store.get_checkpoint(response_id, tenant=DEFAULT_TENANT)
     assert saved["round"] == 0 and saved["calls_started"] is True and saved["output"] == []
     await die(a, response_id)
 

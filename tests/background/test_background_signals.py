@@ -18,6 +18,7 @@ import pytest
 from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.job_signals import JobSignals
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import ParsedRequest
 from app.store.engine import create_engine_for
@@ -133,20 +134,22 @@ async def test_a_follower_and_a_cancel_on_another_process_take_effect_at_once(
         await require_redis()
     async with gateway(database, signals_kind) as a, gateway(database, signals_kind) as b:
         body = {"model": "m", "input": "hi", "background": True}
-        queued = await a.background.create(ParsedRequest.from_body(body), {})
+        queued = await a.background.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
         response_id = str(queued["id"])
         await asyncio.wait_for(a.upstream.opened.wait(), DEADLINE)
         dripping = a.upstream.dripping[0]
 
         seen: list[JsonObject] = []
-        follower = asyncio.create_task(collect(await b.background.stream(response_id, -1), seen))
+        follower = asyncio.create_task(
+            collect(await b.background.stream(response_id, -1, tenant=DEFAULT_TENANT), seen)
+        )
         await until(lambda: len(seen) >= 3)  # created, in_progress, the opening (logged)
         for text in ("he", "llo"):  # each logged by A, read by B on A's signal
             dripping.drips.put_nowait(text)
             await until(lambda text=text: any(e.get("delta") == text for e in seen))
         assert not follower.done()
 
-        cancelled = await b.background.cancel(response_id)
+        cancelled = await b.background.cancel(response_id, tenant=DEFAULT_TENANT)
         assert cancelled["status"] == "cancelled"
         # A got the cancel signal and closed the upstream request: no lease renewal came.
         await asyncio.wait_for(dripping.closed.wait(), DEADLINE)
@@ -157,23 +160,23 @@ async def test_a_follower_and_a_cancel_on_another_process_take_effect_at_once(
         numbers = [int(e["sequence_number"]) for e in seen]
         assert numbers == list(range(len(seen)))
         # A logged nothing after the canceller's closing event.
-        logged = await b.store.read_events(response_id, -1, 100)
+        logged = await b.store.read_events(response_id, -1, 100, tenant=DEFAULT_TENANT)
         assert [e.sequence_number for e in logged] == numbers
         assert b.upstream.requests == []  # B ran nothing
-        job = await a.store.get_job(response_id)
+        job = await a.store.get_job(response_id, tenant=DEFAULT_TENANT)
         assert job is not None and job.status == "cancelled"
 
 
 async def test_deleting_a_job_on_another_process_stops_its_run_at_once(database: str) -> None:
     async with gateway(database, "postgres") as a, gateway(database, "postgres") as b:
         body = {"model": "m", "input": "hi", "background": True}
-        queued = await a.background.create(ParsedRequest.from_body(body), {})
+        queued = await a.background.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
         response_id = str(queued["id"])
         await asyncio.wait_for(a.upstream.opened.wait(), DEADLINE)
-        deleted = await b.background.delete(response_id)
+        deleted = await b.background.delete(response_id, tenant=DEFAULT_TENANT)
         assert deleted["deleted"] is True
         # A's run stopped on B's signal (its lease, 2 minutes, was not renewed meanwhile).
         await asyncio.wait_for(a.upstream.dripping[0].closed.wait(), DEADLINE)
         await until(lambda: response_id not in a.background._runs)
-        assert await a.store.get_job(response_id) is None
-        assert await a.store.read_events(response_id, -1, 10) == []
+        assert await a.store.get_job(response_id, tenant=DEFAULT_TENANT) is None
+        assert await a.store.read_events(response_id, -1, 10, tenant=DEFAULT_TENANT) == []

@@ -12,6 +12,7 @@ import pytest
 from app.core.loop import LoopLimits
 from app.core.observe import ToolCallEvent, ToolEvents
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.core.tools import GatewayCall, PreparedTools, ToolContext, ToolExecutor, ToolResult
 from app.errors import UpstreamTimeoutError, UpstreamUnreachableError
 from app.protocol.json_types import JsonObject
@@ -125,7 +126,7 @@ async def run_stream(service: ResponsesService, body: JsonObject) -> list[JsonOb
     return [
         e
         async for e in await service.open_stream(
-            ParsedRequest.from_body({**body, "stream": True}), {}
+            ParsedRequest.from_body({**body, "stream": True}, tenant=DEFAULT_TENANT), {}
         )
     ]
 
@@ -156,7 +157,7 @@ async def test_two_rounds_stream_one_lifecycle_and_feed_the_model_its_call() -> 
     assert second[-2]["call_id"] == second[-1]["call_id"] == "call_model_1"
     assert second[-1]["output"] == "5"
     assert upstream.requests[0]["tools"][0]["name"] == "mcp__fake__add"
-    stored = await service.get(final["id"])
+    stored = await service.get(final["id"], tenant=DEFAULT_TENANT)
     assert stored == final
 
 
@@ -167,7 +168,7 @@ async def test_json_and_stream_give_the_same_output() -> None:
     service, _, _ = make_service(script(), [add_tool()])
     streamed = assert_lifecycle(await run_stream(service, BODY))
     service, upstream, _ = make_service(script(), [add_tool()])
-    plain = await service.create(ParsedRequest.from_body(BODY), {})
+    plain = await service.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     assert upstream.requests[0]["stream"] is False
 
     def strip(r: JsonObject) -> list[JsonObject]:
@@ -248,7 +249,7 @@ async def test_round_cap_gives_incomplete_and_does_not_run_the_last_calls() -> N
     assert final["incomplete_details"] == {"reason": "max_tool_rounds"}
     assert len(upstream.requests) == 2
     assert [i["status"] for i in final["output"]] == ["completed", "incomplete"]
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
 
 
 async def test_mixed_round_runs_gateway_calls_then_returns_the_client_calls() -> None:
@@ -274,7 +275,8 @@ async def test_mixed_round_runs_gateway_calls_then_returns_the_client_calls() ->
                 "previous_response_id": final["id"],
                 "tools": body["tools"],
                 "input": [{"type": "function_call_output", "call_id": "call_w", "output": "sunny"}],
-            }
+            },
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -311,7 +313,7 @@ async def test_tool_events_reach_the_hook() -> None:
     service = ResponsesService(
         upstream, MemoryResponseStore(), toolkit=FakeToolKit([add_tool()]), tool_events=events
     )
-    await service.create(ParsedRequest.from_body(BODY), {})
+    await service.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     await events.drain()
     assert [e.type for e in seen] == ["tool_call.started", "tool_call.completed"]
     assert seen[1].ok is True and seen[1].preview == "2" and seen[1].duration_ms is not None
@@ -343,7 +345,7 @@ async def test_requests_without_gateway_tools_keep_the_plain_path() -> None:
     upstream.events = []
     body = {"model": "m", "input": "hi", "tools": [{"type": "function", "name": "f"}]}
     upstream.body = {"status": "completed", "output": [message("hi")]}
-    response = await service.create(ParsedRequest.from_body(body), {})
+    response = await service.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
     assert upstream.requests == [body]
     assert response["output"][0]["type"] == "message"
 
@@ -357,7 +359,7 @@ async def test_a_round_that_takes_too_long_times_out() -> None:
         limits=LoopLimits(round_timeout=0.05),
     )
     with pytest.raises(UpstreamTimeoutError):
-        await service.create(ParsedRequest.from_body(BODY), {})
+        await service.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     with pytest.raises(UpstreamTimeoutError):  # before the stream starts: an HTTP 504
         await run_stream(service, BODY)
 
@@ -384,7 +386,9 @@ async def test_a_later_round_that_takes_too_long_fails_the_stream() -> None:
 async def test_a_forced_tool_choice_is_relaxed_once_the_forced_call_ran() -> None:
     call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
     service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
-    await service.create(ParsedRequest.from_body({**BODY, "tool_choice": "required"}), {})
+    await service.create(
+        ParsedRequest.from_body({**BODY, "tool_choice": "required"}, tenant=DEFAULT_TENANT), {}
+    )
     assert [r["tool_choice"] for r in upstream.requests] == ["required", "auto"]
 
 
@@ -424,21 +428,26 @@ async def test_annotators_add_citations_to_the_answer(stream: bool) -> None:
         done = [e for e in events if e["type"] == "response.content_part.done"][-1]
         assert done["part"]["annotations"][0]["url"] == "https://example.com"
     else:
-        final = await service.create(ParsedRequest.from_body(BODY), {})
+        final = await service.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     [annotation] = final["output"][-1]["content"][0]["annotations"]
     assert annotation["start_index"] == 4 and annotation["end_index"] == 15
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
 
 
 async def test_include_values_the_toolkit_answers_are_not_forwarded() -> None:
     call = function_call("mcp__fake__add", '{"a": 1, "b": 1}')
     service, upstream, _ = make_service([[call], [message("2")]], [add_tool()])
     include = ["web_search_call.action.sources", "reasoning.encrypted_content"]
-    await service.create(ParsedRequest.from_body({**BODY, "include": include}), {})
+    await service.create(
+        ParsedRequest.from_body({**BODY, "include": include}, tenant=DEFAULT_TENANT), {}
+    )
     assert [r["include"] for r in upstream.requests] == [["reasoning.encrypted_content"]] * 2
     service, upstream, _ = make_service([[message("x")]], [add_tool()])
     await service.create(
-        ParsedRequest.from_body({**BODY, "include": ["file_search_call.results"]}), {}
+        ParsedRequest.from_body(
+            {**BODY, "include": ["file_search_call.results"]}, tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     assert "include" not in upstream.requests[0]
 
@@ -452,8 +461,8 @@ async def test_the_tool_fields_the_toolkit_calls_secret_are_never_echoed_nor_sto
     body = {**BODY, "tools": [{"type": "fake", "token": "s3cret", "label": "x"}]}
     final = assert_lifecycle(await run_stream(service, body)) if stream else None
     if final is None:
-        final = await service.create(ParsedRequest.from_body(body), {})
+        final = await service.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
     assert final["tools"] == [{"type": "fake", "label": "x"}]
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
     assert "s3cret" not in repr(store.responses) + repr(store.items)
     assert body["tools"][0]["token"] == "s3cret"  # the request itself is not changed

@@ -18,6 +18,7 @@ from app.core.observe import (
     ToolCallEvent,
     ToolEvents,
 )
+from app.core.tenancy import DEFAULT_TENANT
 from app.protocol.requests import ParsedRequest
 from tests.core.test_loop import BODY, FakeTool, add_tool, make_service
 from tests.fakes import FakeClock, function_call, message
@@ -151,7 +152,7 @@ async def test_the_loop_does_not_wait_for_a_slow_hook() -> None:
     service, _, _ = make_service([calls, [message("done")]], [add_tool()])
     service.tool_events = bus
     async with asyncio.timeout(GUARD):
-        response = await service.create(ParsedRequest.from_body(BODY), {})
+        response = await service.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     # The response is complete while the hook has finished none of the six events.
     assert response["status"] == "completed"
     assert gate.finished == [] and len(gate.entered) <= 1
@@ -290,7 +291,7 @@ async def run_with_events(tools: list[FakeTool], calls: int, **limits: Any) -> l
     script = [function_call(f"mcp__fake__{tools[0].tool}", "{}") for _ in range(calls)]
     service, _, _ = make_service([script, [message("done")]], tools, **limits)
     service.tool_events = bus
-    await service.create(ParsedRequest.from_body(BODY), {})
+    await service.create(ParsedRequest.from_body(BODY, tenant=DEFAULT_TENANT), {})
     await bus.aclose()
     return seen
 

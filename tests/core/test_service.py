@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.errors import UpstreamProtocolError
 from app.protocol.requests import ParsedRequest
 from tests.cassette_cases import StreamCase, case, streaming_cases
@@ -44,7 +45,7 @@ def make_service(upstream: FakeUpstream) -> ResponsesService:
 
 
 async def run_stream(service: ResponsesService, body: dict[str, Any]) -> list[dict[str, Any]]:
-    events = await service.open_stream(ParsedRequest.from_body(body), {})
+    events = await service.open_stream(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
     return [event async for event in events]
 
 
@@ -98,7 +99,9 @@ async def assert_stream_path_equals_json_path(stream_case: StreamCase) -> None:
 
     events = await run_stream(streamed, body)
     from_stream = assert_lifecycle(events)
-    from_json = await as_json.create(ParsedRequest.from_body({**body, "stream": False}), {})
+    from_json = await as_json.create(
+        ParsedRequest.from_body({**body, "stream": False}, tenant=DEFAULT_TENANT), {}
+    )
 
     assert_strict_fields(from_stream)
     assert_strict_fields(from_json)

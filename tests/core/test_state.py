@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.errors import InvalidRequestError, NotFoundError
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import ParsedRequest
@@ -59,11 +60,15 @@ async def test_previous_response_id_sends_the_checkpoint_then_the_new_input(
     upstream = ScriptedUpstream([message("OK")], [message("APPLE")])
     service = ResponsesService(upstream, store)
     first = await service.create(
-        ParsedRequest.from_body({"model": "m", "input": "Remember APPLE. Say OK"}), {}
+        ParsedRequest.from_body(
+            {"model": "m", "input": "Remember APPLE. Say OK"}, tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     second = await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "input": "Which word?", "previous_response_id": first["id"]}
+            {"model": "m", "input": "Which word?", "previous_response_id": first["id"]},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -77,15 +82,19 @@ async def test_previous_response_id_sends_the_checkpoint_then_the_new_input(
     assert sent["input"][0]["content"] == [{"type": "input_text", "text": "Remember APPLE. Say OK"}]
     assert sent["input"][1]["id"] == first["output"][0]["id"]
     assert second["previous_response_id"] == first["id"]
-    stored = await store.get_response(second["id"])
+    stored = await store.get_response(second["id"], tenant=DEFAULT_TENANT)
     assert stored is not None and stored.response == second
     assert len(stored.checkpoint_ids) == 4
 
 
 async def test_output_items_get_gateway_ids(store: MemoryResponseStore) -> None:
     service = ResponsesService(ScriptedUpstream([message("a")], [message("b")]), store)
-    one = await service.create(ParsedRequest.from_body({"model": "m", "input": "x"}), {})
-    two = await service.create(ParsedRequest.from_body({"model": "m", "input": "y"}), {})
+    one = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "x"}, tenant=DEFAULT_TENANT), {}
+    )
+    two = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "y"}, tenant=DEFAULT_TENANT), {}
+    )
     ids = [one["output"][0]["id"], two["output"][0]["id"]]
     assert ids[0] != ids[1] and all(i.startswith("msg_") for i in ids)
 
@@ -94,10 +103,15 @@ async def test_instructions_are_not_inherited(store: MemoryResponseStore) -> Non
     upstream = ScriptedUpstream([message("OK")], [message("OK")])
     service = ResponsesService(upstream, store)
     first = await service.create(
-        ParsedRequest.from_body({"model": "m", "input": "a", "instructions": "be terse"}), {}
+        ParsedRequest.from_body(
+            {"model": "m", "input": "a", "instructions": "be terse"}, tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     second = await service.create(
-        ParsedRequest.from_body({"model": "m", "input": "b", "previous_response_id": first["id"]}),
+        ParsedRequest.from_body(
+            {"model": "m", "input": "b", "previous_response_id": first["id"]}, tenant=DEFAULT_TENANT
+        ),
         {},
     )
     assert "instructions" not in upstream.requests[1]
@@ -109,7 +123,8 @@ async def test_unknown_previous_response_is_a_400(store: MemoryResponseStore) ->
     with pytest.raises(InvalidRequestError) as caught:
         await service.create(
             ParsedRequest.from_body(
-                {"model": "m", "input": "a", "previous_response_id": "resp_nope"}
+                {"model": "m", "input": "a", "previous_response_id": "resp_nope"},
+                tenant=DEFAULT_TENANT,
             ),
             {},
         )
@@ -129,7 +144,8 @@ async def test_previous_response_and_conversation_together_is_a_400(
                     "input": "a",
                     "previous_response_id": "resp_1",
                     "conversation": "conv_1",
-                }
+                },
+                tenant=DEFAULT_TENANT,
             ),
             {},
         )
@@ -144,7 +160,8 @@ async def test_pending_function_calls_need_their_outputs(store: MemoryResponseSt
                 "model": "m",
                 "input": "weather?",
                 "tools": [{"type": "function", "name": "get_weather"}],
-            }
+            },
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -152,7 +169,8 @@ async def test_pending_function_calls_need_their_outputs(store: MemoryResponseSt
     with pytest.raises(InvalidRequestError) as caught:
         await service.create(
             ParsedRequest.from_body(
-                {"model": "m", "input": [one_output], "previous_response_id": first["id"]}
+                {"model": "m", "input": [one_output], "previous_response_id": first["id"]},
+                tenant=DEFAULT_TENANT,
             ),
             {},
         )
@@ -160,7 +178,10 @@ async def test_pending_function_calls_need_their_outputs(store: MemoryResponseSt
     assert caught.value.param == "input"
     both = [one_output, {**one_output, "call_id": "call_2"}]
     answer = await service.create(
-        ParsedRequest.from_body({"model": "m", "input": both, "previous_response_id": first["id"]}),
+        ParsedRequest.from_body(
+            {"model": "m", "input": both, "previous_response_id": first["id"]},
+            tenant=DEFAULT_TENANT,
+        ),
         {},
     )
     assert answer["status"] == "completed"
@@ -170,7 +191,7 @@ async def test_pending_function_calls_need_their_outputs(store: MemoryResponseSt
         "function_call_output",
     ]  # fmt: skip
     assert first["tools"][0]["strict"] is True
-    stored = await store.get_response(first["id"])
+    stored = await store.get_response(first["id"], tenant=DEFAULT_TENANT)
     assert stored is not None and stored.response["tools"] == first["tools"]
 
 
@@ -178,45 +199,50 @@ async def test_store_false_rehydrates_but_writes_nothing(store: MemoryResponseSt
     upstream = ScriptedUpstream([message("OK")], [message("APPLE")])
     service = ResponsesService(upstream, store)
     first = await service.create(
-        ParsedRequest.from_body({"model": "m", "input": "Remember APPLE"}), {}
+        ParsedRequest.from_body({"model": "m", "input": "Remember APPLE"}, tenant=DEFAULT_TENANT),
+        {},
     )
     second = await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "input": "Which?", "previous_response_id": first["id"], "store": False}
+            {"model": "m", "input": "Which?", "previous_response_id": first["id"], "store": False},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
     assert len(upstream.requests[1]["input"]) == 3
-    assert await store.get_response(second["id"]) is None
+    assert await store.get_response(second["id"], tenant=DEFAULT_TENANT) is None
     with pytest.raises(InvalidRequestError):
         await service.create(
             ParsedRequest.from_body(
-                {"model": "m", "input": "again", "previous_response_id": second["id"]}
+                {"model": "m", "input": "again", "previous_response_id": second["id"]},
+                tenant=DEFAULT_TENANT,
             ),
             {},
         )
 
 
 async def test_conversation_items_are_prepended_and_appended(store: MemoryResponseStore) -> None:
-    conversation = await store.create_conversation({}, [])
+    conversation = await store.create_conversation({}, [], tenant=DEFAULT_TENANT)
     upstream = ScriptedUpstream([message("OK")], [message("LEMON")])
     service = ResponsesService(upstream, store)
     first = await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "input": "Remember LEMON", "conversation": conversation.id}
+            {"model": "m", "input": "Remember LEMON", "conversation": conversation.id},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
     assert first["conversation"] == {"id": conversation.id}
     await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "input": "Which?", "conversation": {"id": conversation.id}}
+            {"model": "m", "input": "Which?", "conversation": {"id": conversation.id}},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
     assert len(upstream.requests[1]["input"]) == 3
     assert "conversation" not in upstream.requests[1]
-    items = await store.conversation_items(conversation.id)
+    items = await store.conversation_items(conversation.id, tenant=DEFAULT_TENANT)
     assert items is not None
     assert [i["role"] for i in items] == ["user", "assistant", "user", "assistant"]
 
@@ -225,7 +251,9 @@ async def test_unknown_conversation_is_a_404(store: MemoryResponseStore) -> None
     service = ResponsesService(ScriptedUpstream(), store)
     with pytest.raises(NotFoundError):
         await service.create(
-            ParsedRequest.from_body({"model": "m", "input": "a", "conversation": "conv_missing"}),
+            ParsedRequest.from_body(
+                {"model": "m", "input": "a", "conversation": "conv_missing"}, tenant=DEFAULT_TENANT
+            ),
             {},
         )
 
@@ -233,7 +261,9 @@ async def test_unknown_conversation_is_a_404(store: MemoryResponseStore) -> None
 async def test_stateless_request_is_forwarded_unchanged(store: MemoryResponseStore) -> None:
     upstream = ScriptedUpstream([message("OK")])
     body = {"model": "m", "input": [{"role": "user", "content": "hi"}], "store": True}
-    await ResponsesService(upstream, store).create(ParsedRequest.from_body(copy.deepcopy(body)), {})
+    await ResponsesService(upstream, store).create(
+        ParsedRequest.from_body(copy.deepcopy(body), tenant=DEFAULT_TENANT), {}
+    )
     assert upstream.requests == [body]
 
 
@@ -242,11 +272,14 @@ async def test_input_item_referencing_a_stored_item_is_resolved(
 ) -> None:
     upstream = ScriptedUpstream([message("OK")], [message("OK")])
     service = ResponsesService(upstream, store)
-    first = await service.create(ParsedRequest.from_body({"model": "m", "input": "a"}), {})
+    first = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "a"}, tenant=DEFAULT_TENANT), {}
+    )
     item_id = first["output"][0]["id"]
     await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "input": [{"type": "item_reference", "id": item_id}]}
+            {"model": "m", "input": [{"type": "item_reference", "id": item_id}]},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -255,18 +288,21 @@ async def test_input_item_referencing_a_stored_item_is_resolved(
 
 async def test_delete_then_continue_is_not_found(store: MemoryResponseStore) -> None:
     service = ResponsesService(ScriptedUpstream([message("OK")]), store)
-    first = await service.create(ParsedRequest.from_body({"model": "m", "input": "a"}), {})
-    assert await service.delete(first["id"]) == {
+    first = await service.create(
+        ParsedRequest.from_body({"model": "m", "input": "a"}, tenant=DEFAULT_TENANT), {}
+    )
+    assert await service.delete(first["id"], tenant=DEFAULT_TENANT) == {
         "id": first["id"],
         "object": "response",
         "deleted": True,
     }
     with pytest.raises(NotFoundError):
-        await service.get(first["id"])
+        await service.get(first["id"], tenant=DEFAULT_TENANT)
     with pytest.raises(InvalidRequestError):
         await service.create(
             ParsedRequest.from_body(
-                {"model": "m", "input": "b", "previous_response_id": first["id"]}
+                {"model": "m", "input": "b", "previous_response_id": first["id"]},
+                tenant=DEFAULT_TENANT,
             ),
             {},
         )
@@ -278,7 +314,7 @@ async def test_failed_responses_are_not_stored(store: MemoryResponseStore) -> No
             return {"status": "failed", "output": [], "error": {"code": "x", "message": "y"}}
 
     result = await ResponsesService(FailingUpstream(), store).create(
-        ParsedRequest.from_body({"model": "m", "input": "a"}), {}
+        ParsedRequest.from_body({"model": "m", "input": "a"}, tenant=DEFAULT_TENANT), {}
     )
     assert result["status"] == "failed"
     assert store.saved == []

@@ -13,6 +13,7 @@ import pytest
 
 from app.core.ids import new_id
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.core.tools import (
     CallPresentation,
     GatewayCall,
@@ -166,11 +167,11 @@ def make_service(
 
 async def respond(service: ResponsesService, body: JsonObject, stream: bool) -> JsonObject:
     if not stream:
-        return await service.create(ParsedRequest.from_body(body), {})
+        return await service.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
     events = [
         e
         async for e in await service.open_stream(
-            ParsedRequest.from_body({**body, "stream": True}), {}
+            ParsedRequest.from_body({**body, "stream": True}, tenant=DEFAULT_TENANT), {}
         )
     ]
     return assert_lifecycle(events)
@@ -199,7 +200,7 @@ async def test_the_gateway_runs_a_new_kind_keeps_its_secret_and_answers_its_incl
     assert final["tools"] == [{"type": "calculator"}]  # … nobody else does
     assert SECRET not in repr(store.responses) + repr(store.items)
     assert SECRET not in json.dumps(upstream.requests)
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
     # The gateway answers its include value; the upstream gets only the others.
     assert [r["include"] for r in upstream.requests] == [["reasoning.encrypted_content"]] * 2
 

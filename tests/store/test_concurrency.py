@@ -12,6 +12,7 @@ from sqlalchemy import select
 
 from app.core.ports import NewResponse
 from app.core.store_errors import ConversationNotFoundError, ItemAlreadyInConversationError
+from app.core.tenancy import DEFAULT_TENANT
 from app.store.sql import SqlResponseStore
 from app.store.tables import conversation_items
 from tests.store.builders import ids, message, output_ids, turn
@@ -60,28 +61,28 @@ def block_of(new: NewResponse) -> list[str]:
 async def test_concurrent_saves_to_one_conversation(
     backend: Backend, store: SqlResponseStore
 ) -> None:
-    conversation = await store.create_conversation({}, [message("seed")])
+    conversation = await store.create_conversation({}, [message("seed")], tenant=DEFAULT_TENANT)
     turns = [conversation_turn(conversation.id, n) for n in range(20)]
 
-    await asyncio.gather(*(store.save_response(new) for new in turns))
+    await asyncio.gather(*(store.save_response(new, tenant=DEFAULT_TENANT) for new in turns))
 
     rows = await positions(backend, conversation.id)
     assert len(rows) == 1 + 20 * 3
     assert_blocks_contiguous(rows[1:], [block_of(new) for new in turns])
     for new in turns:
-        assert await store.get_response(new.response["id"]) is not None
+        assert await store.get_response(new.response["id"], tenant=DEFAULT_TENANT) is not None
 
 
 async def test_concurrent_writers_across_stores(backend: Backend) -> None:
     stores = [backend.new_store() for _ in range(3)]
-    conversation = await stores[0].create_conversation({}, [])
+    conversation = await stores[0].create_conversation({}, [], tenant=DEFAULT_TENANT)
     turns = [conversation_turn(conversation.id, n) for n in range(30)]
     appended = [[message(f"direct {n}"), message(f"direct {n}'")] for n in range(9)]
 
     await asyncio.gather(
-        *(stores[n % 3].save_response(new) for n, new in enumerate(turns)),
+        *(stores[n % 3].save_response(new, tenant=DEFAULT_TENANT) for n, new in enumerate(turns)),
         *(
-            stores[n % 3].append_conversation_items(conversation.id, pair)
+            stores[n % 3].append_conversation_items(conversation.id, pair, tenant=DEFAULT_TENANT)
             for n, pair in enumerate(appended)
         ),
     )
@@ -89,17 +90,19 @@ async def test_concurrent_writers_across_stores(backend: Backend) -> None:
     rows = await positions(backend, conversation.id)
     assert len(rows) == 30 * 3 + 9 * 2
     assert_blocks_contiguous(rows, [*(block_of(new) for new in turns), *map(ids, appended)])
-    listed = await stores[1].conversation_items(conversation.id)
+    listed = await stores[1].conversation_items(conversation.id, tenant=DEFAULT_TENANT)
     assert listed is not None and ids(listed) == [item_id for _, item_id in rows]
 
 
 async def test_concurrent_saves_to_many_conversations(
     backend: Backend, store: SqlResponseStore
 ) -> None:
-    conversations = [(await store.create_conversation({}, [])).id for _ in range(5)]
+    conversations = [
+        (await store.create_conversation({}, [], tenant=DEFAULT_TENANT)).id for _ in range(5)
+    ]
     turns = [conversation_turn(conversations[n % 5], n) for n in range(40)]
 
-    await asyncio.gather(*(store.save_response(new) for new in turns))
+    await asyncio.gather(*(store.save_response(new, tenant=DEFAULT_TENANT) for new in turns))
 
     for conversation_id in conversations:
         mine = [new for new in turns if new.conversation_id == conversation_id]
@@ -109,12 +112,12 @@ async def test_concurrent_saves_to_many_conversations(
 
 async def test_concurrent_appends_of_one_item_only_one_wins(backend: Backend) -> None:
     first, second = backend.new_store(), backend.new_store()
-    conversation = await first.create_conversation({}, [])
+    conversation = await first.create_conversation({}, [], tenant=DEFAULT_TENANT)
     item = message("contested")
 
     results = await asyncio.gather(
         *(
-            store.append_conversation_items(conversation.id, [item])
+            store.append_conversation_items(conversation.id, [item], tenant=DEFAULT_TENANT)
             for store in (first, second, first, second)
         ),
         return_exceptions=True,
@@ -130,18 +133,18 @@ async def test_concurrent_appends_of_one_item_only_one_wins(backend: Backend) ->
 async def test_a_failing_save_does_not_fail_its_neighbours(store: SqlResponseStore) -> None:
     """Concurrent saves share transactions (group commit); a bad one is retried alone and
     fails alone."""
-    conversation = await store.create_conversation({}, [])
+    conversation = await store.create_conversation({}, [], tenant=DEFAULT_TENANT)
     existing = turn("already saved")
-    await store.save_response(existing)
+    await store.save_response(existing, tenant=DEFAULT_TENANT)
     good = [conversation_turn(conversation.id, n) for n in range(10)]
     missing_conversation = turn("x", conversation_id="conv_missing")
     duplicate_id = turn("y", response_id=existing.response["id"])
 
     results = await asyncio.gather(
-        *(store.save_response(new) for new in good[:5]),
-        store.save_response(missing_conversation),
-        store.save_response(duplicate_id),
-        *(store.save_response(new) for new in good[5:]),
+        *(store.save_response(new, tenant=DEFAULT_TENANT) for new in good[:5]),
+        store.save_response(missing_conversation, tenant=DEFAULT_TENANT),
+        store.save_response(duplicate_id, tenant=DEFAULT_TENANT),
+        *(store.save_response(new, tenant=DEFAULT_TENANT) for new in good[5:]),
         return_exceptions=True,
     )
 
@@ -151,11 +154,18 @@ async def test_a_failing_save_does_not_fail_its_neighbours(store: SqlResponseSto
     assert isinstance(results[6], Exception)
     assert not isinstance(results[6], ConversationNotFoundError)
     for new in good:
-        assert await store.get_response(new.response["id"]) is not None
-    assert await store.get_response(missing_conversation.response["id"]) is None
-    assert await store.existing_item_ids(ids(missing_conversation.new_items)) == set()
-    assert await store.existing_item_ids(ids(duplicate_id.new_items)) == set()
-    listed = await store.conversation_items(conversation.id)
+        assert await store.get_response(new.response["id"], tenant=DEFAULT_TENANT) is not None
+    assert (
+        await store.get_response(missing_conversation.response["id"], tenant=DEFAULT_TENANT) is None
+    )
+    assert (
+        await store.existing_item_ids(ids(missing_conversation.new_items), tenant=DEFAULT_TENANT)
+        == set()
+    )
+    assert (
+        await store.existing_item_ids(ids(duplicate_id.new_items), tenant=DEFAULT_TENANT) == set()
+    )
+    listed = await store.conversation_items(conversation.id, tenant=DEFAULT_TENANT)
     assert listed is not None and len(listed) == 30
 
 
@@ -164,19 +174,23 @@ async def test_concurrent_saves_sharing_new_items(store: SqlResponseStore) -> No
     stored once, referenced by both."""
     shared = message("shared")
     turns = [turn(inputs=[shared, message(f"own {n}")]) for n in range(8)]
-    await asyncio.gather(*(store.save_response(new) for new in turns))
+    await asyncio.gather(*(store.save_response(new, tenant=DEFAULT_TENANT) for new in turns))
     for new in turns:
-        stored = await store.get_response(new.response["id"])
+        stored = await store.get_response(new.response["id"], tenant=DEFAULT_TENANT)
         assert stored is not None
-        assert (await store.load_items(stored.checkpoint_ids))[0] == shared
+        assert (await store.load_items(stored.checkpoint_ids, tenant=DEFAULT_TENANT))[0] == shared
 
 
 @pytest.mark.parametrize("rounds", [3])
 async def test_reads_during_writes(store: SqlResponseStore, rounds: int) -> None:
-    conversation = await store.create_conversation({}, [])
+    conversation = await store.create_conversation({}, [], tenant=DEFAULT_TENANT)
     for round_ in range(rounds):
         turns = [conversation_turn(conversation.id, round_ * 10 + n) for n in range(10)]
-        reads = [store.conversation_items(conversation.id) for _ in range(10)]
-        results = await asyncio.gather(*(store.save_response(t) for t in turns), *reads)
+        reads = [
+            store.conversation_items(conversation.id, tenant=DEFAULT_TENANT) for _ in range(10)
+        ]
+        results = await asyncio.gather(
+            *(store.save_response(t, tenant=DEFAULT_TENANT) for t in turns), *reads
+        )
         for listed in results[10:]:
             assert listed is not None and len(listed) % 3 == 0  # whole requests only

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.store.engine import (
     SQLITE_BEGIN,
     create_engine_for,
@@ -101,7 +102,7 @@ async def test_json_is_stored_compact_in_written_order(
     backend: Backend, store: SqlResponseStore
 ) -> None:
     new = turn("x")
-    await store.save_response(new)
+    await store.save_response(new, tenant=DEFAULT_TENANT)
     engine = backend.make_engine()
     try:
         async with engine.connect() as conn:
@@ -132,7 +133,7 @@ async def test_postgres_pool_is_sized_for_a_gateway(postgres: Postgres) -> None:
 
 async def test_aclose_disposes_the_engine(backend: Backend) -> None:
     store = backend.new_store()
-    await store.save_response(turn("x"))
+    await store.save_response(turn("x"), tenant=DEFAULT_TENANT)
     await store.aclose()
     assert store.db.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
 
@@ -142,7 +143,9 @@ async def test_sqlite_in_memory(tmp_path: Path) -> None:
     try:
         await create_schema(store.db.engine)
         new = turn("x")
-        await store.save_response(new)
-        assert await store.load_items(new.input_item_ids) == new.new_items[:1]
+        await store.save_response(new, tenant=DEFAULT_TENANT)
+        assert (
+            await store.load_items(new.input_item_ids, tenant=DEFAULT_TENANT) == new.new_items[:1]
+        )
     finally:
         await store.aclose()

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.engine import make_url
 
+from app.core.tenancy import DEFAULT_TENANT
 from app.store import sql_database
 from app.store.engine import create_engine_for, create_schema, default_database_url
 from app.store.inline import InlineSqliteReader, inline_database_path
@@ -46,7 +47,7 @@ def test_inline_database_path() -> None:
 
 async def test_reads_are_inline(sqlite_store: SqlResponseStore) -> None:
     new = turn("x")
-    await sqlite_store.save_response(new)
+    await sqlite_store.save_response(new, tenant=DEFAULT_TENANT)
     reader = sqlite_store.db.inline
     assert reader is not None
     calls: list[str] = []
@@ -57,26 +58,36 @@ async def test_reads_are_inline(sqlite_store: SqlResponseStore) -> None:
         return original(sql, args)
 
     reader.fetch = spy  # type: ignore[method-assign]
-    stored = await sqlite_store.get_response(new.response["id"])
+    stored = await sqlite_store.get_response(new.response["id"], tenant=DEFAULT_TENANT)
     assert stored is not None
-    assert await sqlite_store.load_items(stored.checkpoint_ids) == new.new_items
+    assert (
+        await sqlite_store.load_items(stored.checkpoint_ids, tenant=DEFAULT_TENANT) == new.new_items
+    )
     assert len(calls) == 2
 
 
 async def test_busy_database_falls_back_to_aiosqlite(
     sqlite_store: SqlResponseStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    new = turn("x", conversation_id=(await sqlite_store.create_conversation({}, [])).id)
-    await sqlite_store.save_response(new)
+    new = turn(
+        "x",
+        conversation_id=(await sqlite_store.create_conversation({}, [], tenant=DEFAULT_TENANT)).id,
+    )
+    await sqlite_store.save_response(new, tenant=DEFAULT_TENANT)
     reader = sqlite_store.db.inline
     assert reader is not None
     monkeypatch.setattr(reader, "_connection", lambda: Busy())
     Busy.calls = 0
 
-    stored = await sqlite_store.get_response(new.response["id"])
+    stored = await sqlite_store.get_response(new.response["id"], tenant=DEFAULT_TENANT)
     assert stored is not None and stored.response == new.response
-    assert await sqlite_store.load_items(stored.checkpoint_ids) == new.new_items
-    assert await sqlite_store.conversation_items(new.conversation_id or "") == new.new_items
+    assert (
+        await sqlite_store.load_items(stored.checkpoint_ids, tenant=DEFAULT_TENANT) == new.new_items
+    )
+    assert (
+        await sqlite_store.conversation_items(new.conversation_id or "", tenant=DEFAULT_TENANT)
+        == new.new_items
+    )
     assert Busy.calls == 3
 
 
@@ -85,15 +96,17 @@ async def test_big_loads_leave_the_loop(
 ) -> None:
     monkeypatch.setattr(sql_database, "INLINE_READ_MAX_IDS", 2)
     items = [message(str(i)) for i in range(3)]
-    await sqlite_store.save_response(turn(inputs=items[:2], outputs=items[2:]))
+    await sqlite_store.save_response(
+        turn(inputs=items[:2], outputs=items[2:]), tenant=DEFAULT_TENANT
+    )
     reader = sqlite_store.db.inline
     assert reader is not None
     monkeypatch.setattr(reader, "_connection", lambda: Busy())
     Busy.calls = 0
     ids = [item["id"] for item in items]
-    assert await sqlite_store.load_items(ids) == items  # 3 > 2: not inline
+    assert await sqlite_store.load_items(ids, tenant=DEFAULT_TENANT) == items  # 3 > 2: not inline
     assert Busy.calls == 0
-    assert await sqlite_store.load_items(ids[:2]) == items[:2]
+    assert await sqlite_store.load_items(ids[:2], tenant=DEFAULT_TENANT) == items[:2]
     assert Busy.calls == 1
 
 
@@ -117,7 +130,9 @@ async def test_inline_reads_can_be_switched_off(tmp_path: Path) -> None:
         assert store.db.inline is None
         await create_schema(store.db.engine)
         new = turn("x")
-        await store.save_response(new)
-        assert await store.load_items(new.input_item_ids) == new.new_items[:1]
+        await store.save_response(new, tenant=DEFAULT_TENANT)
+        assert (
+            await store.load_items(new.input_item_ids, tenant=DEFAULT_TENANT) == new.new_items[:1]
+        )
     finally:
         await store.aclose()

@@ -20,6 +20,7 @@ from app.core.engines import (
 )
 from app.core.ids import new_id
 from app.core.ports import ResponseStore
+from app.core.tenancy import DEFAULT_TENANT
 from app.protocol.json_types import JsonObject
 from app.store.sql import SqlResponseStore
 from tests.store.builders import message
@@ -51,7 +52,7 @@ def session_state(*results: str) -> JsonObject:
 
 
 async def test_an_unknown_session_is_none(store: Store) -> None:
-    assert await store.load_tool_session("conv_unknown") is None
+    assert await store.load_tool_session("conv_unknown", tenant=DEFAULT_TENANT) is None
 
 
 async def test_save_then_load_round_trips_nested_json(store: Store) -> None:
@@ -64,8 +65,8 @@ async def test_save_then_load_round_trips_nested_json(store: Store) -> None:
     }
     state["history"].append(history_entry(call, failed))
 
-    await store.save_tool_session("resp_root", state)
-    loaded = await store.load_tool_session("resp_root")
+    await store.save_tool_session("resp_root", state, tenant=DEFAULT_TENANT)
+    loaded = await store.load_tool_session("resp_root", tenant=DEFAULT_TENANT)
 
     assert loaded == state
     assert loaded is not None
@@ -81,68 +82,96 @@ async def test_save_then_load_round_trips_nested_json(store: Store) -> None:
 
 async def test_what_is_loaded_is_a_copy(store: Store) -> None:
     state = session_state("one")
-    await store.save_tool_session("s", state)
+    await store.save_tool_session("s", state, tenant=DEFAULT_TENANT)
     state["history"].append({"changed": "after the save"})
-    loaded = await store.load_tool_session("s")
+    loaded = await store.load_tool_session("s", tenant=DEFAULT_TENANT)
     assert loaded == session_state("one")
     assert loaded is not None
     loaded["history"].clear()
-    assert await store.load_tool_session("s") == session_state("one")
+    assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) == session_state("one")
 
 
 async def test_a_save_replaces_the_whole_state(store: Store) -> None:
-    await store.save_tool_session("s", {**session_state("one"), "extra": 1})
-    await store.save_tool_session("s", session_state("one", "two"))
+    await store.save_tool_session("s", {**session_state("one"), "extra": 1}, tenant=DEFAULT_TENANT)
+    await store.save_tool_session("s", session_state("one", "two"), tenant=DEFAULT_TENANT)
 
-    assert await store.load_tool_session("s") == session_state("one", "two")
-    await store.save_tool_session("s", {"history": []})
-    assert await store.load_tool_session("s") == {"history": []}
+    assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) == session_state("one", "two")
+    await store.save_tool_session("s", {"history": []}, tenant=DEFAULT_TENANT)
+    assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) == {"history": []}
 
 
 async def test_delete(store: Store) -> None:
-    await store.save_tool_session("s", session_state("one"))
+    await store.save_tool_session("s", session_state("one"), tenant=DEFAULT_TENANT)
 
-    await store.delete_tool_session("s")
+    await store.delete_tool_session("s", tenant=DEFAULT_TENANT)
 
-    assert await store.load_tool_session("s") is None
-    await store.save_tool_session("s", session_state("again"))  # the id can be used again
-    assert await store.load_tool_session("s") == session_state("again")
+    assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) is None
+    # the id can be used again
+    await store.save_tool_session("s", session_state("again"), tenant=DEFAULT_TENANT)
+    assert await store.load_tool_session("s", tenant=DEFAULT_TENANT) == session_state("again")
 
 
 async def test_deleting_an_unknown_session_does_nothing(store: Store) -> None:
-    await store.save_tool_session("kept", session_state("one"))
+    await store.save_tool_session("kept", session_state("one"), tenant=DEFAULT_TENANT)
 
-    await store.delete_tool_session("never_saved")
-    await store.delete_tool_session("never_saved")
+    await store.delete_tool_session("never_saved", tenant=DEFAULT_TENANT)
+    await store.delete_tool_session("never_saved", tenant=DEFAULT_TENANT)
 
-    assert await store.load_tool_session("never_saved") is None
-    assert await store.load_tool_session("kept") == session_state("one")
+    assert await store.load_tool_session("never_saved", tenant=DEFAULT_TENANT) is None
+    assert await store.load_tool_session("kept", tenant=DEFAULT_TENANT) == session_state("one")
 
 
 async def test_sessions_are_isolated(store: Store) -> None:
-    await store.save_tool_session("a", session_state("for a"))
-    await store.save_tool_session("b", session_state("for b"))
-    await store.save_tool_session("a", session_state("for a", "again"))
-    await store.delete_tool_session("b")
+    await store.save_tool_session("a", session_state("for a"), tenant=DEFAULT_TENANT)
+    await store.save_tool_session("b", session_state("for b"), tenant=DEFAULT_TENANT)
+    await store.save_tool_session("a", session_state("for a", "again"), tenant=DEFAULT_TENANT)
+    await store.delete_tool_session("b", tenant=DEFAULT_TENANT)
 
-    assert await store.load_tool_session("a") == session_state("for a", "again")
-    assert await store.load_tool_session("b") is None
-    assert await store.load_tool_session("A") is None  # ids are exact
+    assert await store.load_tool_session("a", tenant=DEFAULT_TENANT) == session_state(
+        "for a", "again"
+    )
+    assert await store.load_tool_session("b", tenant=DEFAULT_TENANT) is None
+    assert await store.load_tool_session("A", tenant=DEFAULT_TENANT) is None  # ids are exact
+
+
+async def test_a_session_is_its_tenants(store: Store) -> None:
+    # One session id, two tenants: two sessions; neither reads, replaces nor deletes the other.
+    await store.save_tool_session("conv_1", session_state("for a"), tenant="tenant-a")
+    assert await store.load_tool_session("conv_1", tenant="tenant-b") is None
+    await store.save_tool_session("conv_1", session_state("for b"), tenant="tenant-b")
+    await store.delete_tool_session("conv_1", tenant="tenant-c")
+
+    assert await store.load_tool_session("conv_1", tenant="tenant-a") == session_state("for a")
+    assert await store.load_tool_session("conv_1", tenant="tenant-b") == session_state("for b")
+    await store.delete_tool_session("conv_1", tenant="tenant-b")
+    assert await store.load_tool_session("conv_1", tenant="tenant-a") == session_state("for a")
+
+
+async def test_another_tenant_cannot_delete_a_conversations_session(store: Store) -> None:
+    conversation = await store.create_conversation({}, [], tenant="tenant-a")
+    await store.save_tool_session(conversation.id, session_state("a"), tenant="tenant-a")
+
+    assert await store.delete_conversation(conversation.id, tenant="tenant-b") is False
+
+    saved = await store.load_tool_session(conversation.id, tenant="tenant-a")
+    assert saved == session_state("a")
 
 
 async def test_deleting_a_conversation_deletes_its_session(store: Store) -> None:
-    conversation = await store.create_conversation({}, [message("hi")])
-    other = await store.create_conversation({}, [])
-    await store.save_tool_session(conversation.id, session_state("one"))
-    await store.save_tool_session(other.id, session_state("other"))
-    await store.save_tool_session("resp_chain", session_state("chain"))
+    conversation = await store.create_conversation({}, [message("hi")], tenant=DEFAULT_TENANT)
+    other = await store.create_conversation({}, [], tenant=DEFAULT_TENANT)
+    await store.save_tool_session(conversation.id, session_state("one"), tenant=DEFAULT_TENANT)
+    await store.save_tool_session(other.id, session_state("other"), tenant=DEFAULT_TENANT)
+    await store.save_tool_session("resp_chain", session_state("chain"), tenant=DEFAULT_TENANT)
 
-    assert await store.delete_conversation(conversation.id) is True
+    assert await store.delete_conversation(conversation.id, tenant=DEFAULT_TENANT) is True
 
-    assert await store.load_tool_session(conversation.id) is None
-    assert await store.load_tool_session(other.id) == session_state("other")
-    assert await store.load_tool_session("resp_chain") == session_state("chain")
-    assert await store.delete_conversation(conversation.id) is False
+    assert await store.load_tool_session(conversation.id, tenant=DEFAULT_TENANT) is None
+    assert await store.load_tool_session(other.id, tenant=DEFAULT_TENANT) == session_state("other")
+    assert await store.load_tool_session("resp_chain", tenant=DEFAULT_TENANT) == session_state(
+        "chain"
+    )
+    assert await store.delete_conversation(conversation.id, tenant=DEFAULT_TENANT) is False
 
 
 async def test_two_stores_on_one_database_share_sessions(
@@ -153,12 +182,14 @@ async def test_two_stores_on_one_database_share_sessions(
     second: Store = any_backend.new_store()
     session_id = new_id("conv")
 
-    await first.save_tool_session(session_id, session_state("one"))
-    assert await second.load_tool_session(session_id) == session_state("one")
-    await second.save_tool_session(session_id, session_state("one", "two"))
-    assert await first.load_tool_session(session_id) == session_state("one", "two")
-    await first.delete_tool_session(session_id)
-    assert await second.load_tool_session(session_id) is None
+    await first.save_tool_session(session_id, session_state("one"), tenant=DEFAULT_TENANT)
+    assert await second.load_tool_session(session_id, tenant=DEFAULT_TENANT) == session_state("one")
+    await second.save_tool_session(session_id, session_state("one", "two"), tenant=DEFAULT_TENANT)
+    assert await first.load_tool_session(session_id, tenant=DEFAULT_TENANT) == session_state(
+        "one", "two"
+    )
+    await first.delete_tool_session(session_id, tenant=DEFAULT_TENANT)
+    assert await second.load_tool_session(session_id, tenant=DEFAULT_TENANT) is None
 
 
 async def test_concurrent_saves_of_one_session_keep_one_whole_state(
@@ -170,21 +201,25 @@ async def test_concurrent_saves_of_one_session_keep_one_whole_state(
 
     await asyncio.gather(
         *(
-            (first if index % 2 else second).save_tool_session("shared", state)
+            (first if index % 2 else second).save_tool_session(
+                "shared", state, tenant=DEFAULT_TENANT
+            )
             for index, state in enumerate(states)
         )
     )
 
-    assert await first.load_tool_session("shared") in states
-    assert await second.load_tool_session("shared") == await first.load_tool_session("shared")
+    assert await first.load_tool_session("shared", tenant=DEFAULT_TENANT) in states
+    assert await second.load_tool_session(
+        "shared", tenant=DEFAULT_TENANT
+    ) == await first.load_tool_session("shared", tenant=DEFAULT_TENANT)
 
 
 async def test_a_session_outlives_its_store(any_backend: Backend | MemoryBackend) -> None:
     store = any_backend.new_store()
-    await store.save_tool_session("s", session_state("kept"))
+    await store.save_tool_session("s", session_state("kept"), tenant=DEFAULT_TENANT)
     await store.aclose()
     if isinstance(any_backend, Backend) and isinstance(store, SqlResponseStore):
         any_backend.stores.remove(store)  # closed here, not again at teardown
 
     reopened: Store = any_backend.new_store()
-    assert await reopened.load_tool_session("s") == session_state("kept")
+    assert await reopened.load_tool_session("s", tenant=DEFAULT_TENANT) == session_state("kept")

@@ -11,6 +11,7 @@ import pytest
 
 from app.core.loop import LoopLimits
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.errors import InvalidRequestError
 from app.main import build_upstream, hosted_tools
 from app.protocol.json_types import JsonObject
@@ -124,7 +125,7 @@ async def test_a_dropped_request_completes_without_the_tool_and_its_include() ->
             "code_interpreter_call.outputs",
         ],
     )
-    final = await svc.create(ParsedRequest.from_body(body), {})
+    final = await svc.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
     assert final["status"] == "completed"
     assert final["output"][0]["content"][0]["text"] == "hello"
     [sent] = upstream.requests
@@ -136,7 +137,10 @@ async def test_a_dropped_request_completes_without_the_tool_and_its_include() ->
 
 async def test_when_every_tool_is_dropped_the_upstream_gets_no_tools() -> None:
     svc, upstream = service([[message("hello")]], toolkit())
-    await svc.create(ParsedRequest.from_body(request([WEB_SEARCH], tool_choice="auto")), {})
+    await svc.create(
+        ParsedRequest.from_body(request([WEB_SEARCH], tool_choice="auto"), tenant=DEFAULT_TENANT),
+        {},
+    )
     [sent] = upstream.requests
     assert "tools" not in sent and "tool_choice" not in sent
 
@@ -145,7 +149,10 @@ async def test_required_with_every_tool_dropped_is_a_400() -> None:
     svc, upstream = service([], toolkit())
     with pytest.raises(InvalidRequestError) as raised:
         await svc.create(
-            ParsedRequest.from_body(request([WEB_SEARCH, CODE], tool_choice="required")), {}
+            ParsedRequest.from_body(
+                request([WEB_SEARCH, CODE], tool_choice="required"), tenant=DEFAULT_TENANT
+            ),
+            {},
         )
     assert raised.value.param == "tool_choice"
     assert "code_interpreter, web_search" in raised.value.message
@@ -155,7 +162,10 @@ async def test_required_with_every_tool_dropped_is_a_400() -> None:
 async def test_required_with_a_tool_left_is_sent_on() -> None:
     svc, upstream = service([[message("hello")]], toolkit())
     await svc.create(
-        ParsedRequest.from_body(request([EXEC, WEB_SEARCH], tool_choice="required")), {}
+        ParsedRequest.from_body(
+            request([EXEC, WEB_SEARCH], tool_choice="required"), tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     assert upstream.requests[0]["tool_choice"] == "required"
 
@@ -173,7 +183,10 @@ async def test_a_tool_choice_naming_a_dropped_tool_is_a_400(choice: JsonObject) 
     svc, upstream = service([], toolkit())
     with pytest.raises(InvalidRequestError) as raised:
         await svc.create(
-            ParsedRequest.from_body(request([EXEC, WEB_SEARCH, CODE], tool_choice=choice)), {}
+            ParsedRequest.from_body(
+                request([EXEC, WEB_SEARCH, CODE], tool_choice=choice), tenant=DEFAULT_TENANT
+            ),
+            {},
         )
     assert raised.value.param == "tool_choice"
     assert choice["type"] in raised.value.message
@@ -189,7 +202,10 @@ async def test_allowed_tools_naming_a_dropped_tool_keeps_the_others() -> None:
     }
     other = {"type": "function", "name": "other", "parameters": {"type": "object"}}
     await svc.create(
-        ParsedRequest.from_body(request([EXEC, other, WEB_SEARCH], tool_choice=choice)), {}
+        ParsedRequest.from_body(
+            request([EXEC, other, WEB_SEARCH], tool_choice=choice), tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     [sent] = upstream.requests
     assert sent["tools"] == [EXEC] and sent["tool_choice"] == "auto"
@@ -237,7 +253,12 @@ async def test_forward_sends_the_hosted_tools_unchanged() -> None:
 async def test_forward_keeps_a_tool_choice_naming_a_forwarded_tool() -> None:
     svc, upstream = service([[message("hello")]], toolkit("forward"))
     choice = {"type": "web_search_preview"}
-    await svc.create(ParsedRequest.from_body(request([EXEC, WEB_SEARCH], tool_choice=choice)), {})
+    await svc.create(
+        ParsedRequest.from_body(
+            request([EXEC, WEB_SEARCH], tool_choice=choice), tenant=DEFAULT_TENANT
+        ),
+        {},
+    )
     [sent] = upstream.requests
     assert sent["tools"] == [EXEC, WEB_SEARCH] and sent["tool_choice"] == choice
 

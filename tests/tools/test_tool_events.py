@@ -8,6 +8,7 @@ from typing import Any
 
 from app.core.observe import COMPLETED, FAILED, STARTED, ToolCallEvent, ToolEvents
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.core.tools import GatewayCall, ToolProvider
 from app.errors import NotFoundError
 from app.files.requests import SearchRequest
@@ -40,7 +41,7 @@ async def events_of(
     toolkit = GatewayToolKit([provider])
     service = ResponsesService(upstream, MemoryResponseStore(), toolkit=toolkit, tool_events=bus)
     body: JsonObject = {"model": "m", "input": "go", "tools": tools}
-    response = await service.create(ParsedRequest.from_body(body), {})
+    response = await service.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
     await bus.aclose()
     item_ids = [item["id"] for item in response["output"] if item["type"] != "message"]
     item_ids = [i for i in item_ids if not str(i).startswith("mcpl")]  # the mcp_list_tools item

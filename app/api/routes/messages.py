@@ -22,6 +22,7 @@ from app.api.body import read_json_object, validate
 from app.api.rate_limit import Meter, charge_usage, meter_of
 from app.api.routes.responses import client_headers
 from app.api.state import gateway_state
+from app.api.tenancy import principal_of
 from app.frontends.anthropic.errors import error_body
 from app.frontends.anthropic.requests import to_responses
 from app.frontends.anthropic.responses import to_message
@@ -65,7 +66,8 @@ async def create_message(request: Request) -> Response:
     translated = to_responses(body)
     params = validate(CreateResponseRequest, translated.body)
     check_create_request(params)
-    parsed = ParsedRequest(params, translated.body)
+    # Nothing is stored (``store`` is false); the tenant is whose tools run (file_search).
+    parsed = ParsedRequest(params, translated.body, principal_of(request).tenant)
     headers = upstream_headers(request)
     if translated.stream:
         events = await state.service.open_stream(parsed, headers)

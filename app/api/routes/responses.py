@@ -1,5 +1,6 @@
 """``POST /v1/responses`` and the routes of stored responses (retrieve, delete, input items,
-``POST /v1/responses/compact``): parse, hand to the service, serialize."""
+``POST /v1/responses/compact``): parse, hand to the service, serialize. Each call runs for the
+caller's tenant (``app.api.tenancy.principal_of``): another tenant's response is a 404."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.api.rate_limit import meter_of
 from app.api.replies import json_reply, list_reply
 from app.api.sse import event_stream_response
 from app.api.state import gateway_state
+from app.api.tenancy import principal_of
 from app.core.background import NOT_BACKGROUND_CANCEL, NOT_BACKGROUND_STREAM
 from app.errors import InvalidRequestError
 from app.protocol.compaction import CompactRequest
@@ -41,7 +43,7 @@ async def create_response(request: Request) -> Response:
     check_create_request(parsed)
     check_metadata(body.get("metadata"), "metadata")
     headers = client_headers(request)
-    create = ParsedRequest(parsed, body)
+    create = ParsedRequest(parsed, body, principal_of(request).tenant)
     background = state.background
     meter = meter_of(request)  # None unless the caller has a rate limit
     if parsed.background and background is not None:
@@ -64,7 +66,10 @@ async def compact_response(request: Request) -> Response:
     state = gateway_state(request)
     body = await read_json_object(request, state.settings.max_body_bytes)
     parsed = validate(CompactRequest, body)
-    return json_reply(await state.service.compact(parsed, body, client_headers(request)))
+    tenant = principal_of(request).tenant
+    return json_reply(
+        await state.service.compact(parsed, body, client_headers(request), tenant=tenant)
+    )
 
 
 @router.post("/v1/responses/input_tokens")
@@ -76,7 +81,10 @@ async def count_input_tokens(request: Request) -> Response:
     state = gateway_state(request)
     body = await read_json_object(request, state.settings.max_body_bytes)
     parsed = validate(CreateResponseRequest, body)
-    count = await state.service.input_tokens(ParsedRequest(parsed, body), client_headers(request))
+    tenant = principal_of(request).tenant
+    count = await state.service.input_tokens(
+        ParsedRequest(parsed, body, tenant), client_headers(request)
+    )
     reply: dict[str, object] = {"object": "response.input_tokens", "input_tokens": count.tokens}
     if not count.exact:
         reply["estimated"] = True
@@ -92,25 +100,27 @@ async def get_response(request: Request, response_id: str) -> Response:
     """The Response; with ``stream=true`` a background response's events after
     ``starting_after`` (``core.background``)."""
     state = gateway_state(request)
+    tenant = principal_of(request).tenant
     background = state.background
     if _flag(request.query_params.get("stream")):
         after = _sequence_number(request.query_params.get("starting_after"))
         if background is None:
-            await state.service.get(response_id)
+            await state.service.get(response_id, tenant=tenant)
             raise InvalidRequestError(NOT_BACKGROUND_STREAM, param="stream")
-        return event_stream_response(await background.stream(response_id, after))
+        return event_stream_response(await background.stream(response_id, after, tenant=tenant))
     if background is not None:
-        return json_reply(await background.get(response_id))
-    return json_reply(await state.service.get(response_id))
+        return json_reply(await background.get(response_id, tenant=tenant))
+    return json_reply(await state.service.get(response_id, tenant=tenant))
 
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(request: Request, response_id: str) -> Response:
     state = gateway_state(request)
+    tenant = principal_of(request).tenant
     if state.background is None:
-        await state.service.get(response_id)
+        await state.service.get(response_id, tenant=tenant)
         raise InvalidRequestError(NOT_BACKGROUND_CANCEL, param="response_id")
-    return json_reply(await state.background.cancel(response_id))
+    return json_reply(await state.background.cancel(response_id, tenant=tenant))
 
 
 def _flag(value: str | None) -> bool:
@@ -133,16 +143,21 @@ def _sequence_number(value: str | None) -> int:
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(request: Request, response_id: str) -> Response:
     state = gateway_state(request)
+    tenant = principal_of(request).tenant
     if state.background is not None:
-        return json_reply(await state.background.delete(response_id))
-    return json_reply(await state.service.delete(response_id))
+        return json_reply(await state.background.delete(response_id, tenant=tenant))
+    return json_reply(await state.service.delete(response_id, tenant=tenant))
 
 
 @router.get("/v1/responses/{response_id}/input_items")
 async def list_input_items(request: Request, response_id: str) -> Response:
     params = page_params(request)
     page = await gateway_state(request).service.input_items(
-        response_id, after=params.after, limit=params.limit, order=params.order
+        response_id,
+        tenant=principal_of(request).tenant,
+        after=params.after,
+        limit=params.limit,
+        order=params.order,
     )
     return list_reply(page)
 

@@ -32,6 +32,7 @@ from app.api.body import DEFAULT_MAX_JSON_DEPTH, parse_json_object, validate
 from app.api.rate_limit import admit_turn, charge_usage
 from app.api.routes.responses import client_headers
 from app.api.state import GatewayState, gateway_state
+from app.api.tenancy import principal_of
 from app.api.ws_connection import ConnectionStore, WarmupUpstream
 from app.core.history import rehydrate
 from app.errors import GatewayError, InvalidRequestError, RequestTooLargeError
@@ -50,9 +51,10 @@ class _Disconnected(Exception):
 
 
 def parse_frame(
-    raw: str | bytes, limit: int, max_depth: int = DEFAULT_MAX_JSON_DEPTH
+    raw: str | bytes, limit: int, tenant: str, max_depth: int = DEFAULT_MAX_JSON_DEPTH
 ) -> tuple[ParsedRequest, bool]:
-    """A ``response.create`` frame as the HTTP route's ``ParsedRequest``, and ``generate``."""
+    """A ``response.create`` frame as the HTTP route's ``ParsedRequest`` (for ``tenant``),
+    and ``generate``."""
     data = raw.encode() if isinstance(raw, str) else raw
     if len(data) > limit:
         raise RequestTooLargeError(f"The request body exceeds the limit of {limit} bytes.")
@@ -80,7 +82,7 @@ def parse_frame(
     parsed = validate(CreateResponseRequest, body)
     check_create_request(parsed)
     check_metadata(body.get("metadata"), "metadata")
-    return ParsedRequest(parsed, body), generate
+    return ParsedRequest(parsed, body, tenant), generate
 
 
 def error_frame(error: GatewayError) -> JsonObject:
@@ -96,7 +98,9 @@ class ResponsesSocket:
         self._limit = state.settings.max_body_bytes
         self._depth = state.settings.limits.max_json_depth
         self._headers = client_headers(websocket)
-        self.store = ConnectionStore(state.store)
+        # The principal of the WebSocket's handshake: every turn runs for its tenant.
+        self._tenant = principal_of(websocket).tenant
+        self.store = ConnectionStore(state.store, self._tenant)
         self._upstream = WarmupUpstream(state.upstream)
         # The application's service with this connection's store and upstream (its toolkit,
         # limits and hooks are shared): ``app.core`` stays unaware of connections.
@@ -142,7 +146,7 @@ class ResponsesSocket:
         store.begin_turn()
         try:
             await admit_turn(self._websocket)  # the caller's rate limits (app.api.rate_limit)
-            request, generate = parse_frame(frame, self._limit, self._depth)
+            request, generate = parse_frame(frame, self._limit, self._tenant, self._depth)
             self._upstream.warmup = not generate
             events = await self._service.open_stream(request, self._headers)
         except GatewayError as exc:
@@ -161,7 +165,7 @@ class ResponsesSocket:
             store.evict()
         elif request.params.store is False:
             try:
-                history = await rehydrate(store, request.params)
+                history = await rehydrate(store, request.params, tenant=request.tenant)
             except GatewayError:
                 store.evict()
                 return

@@ -123,8 +123,9 @@ class EngineBatch:
             EngineCall(call_id=call.call_id, tool=executor.spec, arguments=call.arguments)
             for call, executor in zip(calls, executors, strict=True)
         ]
+        context = self._context
         results = await self._sessions.run(
-            self._context.session_id, engine_calls, simulate=self._context.simulate
+            context.session_id, engine_calls, tenant=context.tenant, simulate=context.simulate
         )
         return [
             executor.result(call, result)

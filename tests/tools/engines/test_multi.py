@@ -16,6 +16,7 @@ from app.core.engines import (
     UnknownSessionError,
     history_of,
 )
+from app.core.tenancy import DEFAULT_TENANT
 from app.core.tool_sessions import ToolSessions
 from app.tools.engines.multi import MultiEngine, Route
 from tests.tools.engines.recording_engine import RecordingEngine
@@ -117,22 +118,40 @@ async def test_sessions_follow_the_contract() -> None:
 async def test_tool_sessions_persist_between_batches_and_dry_runs_are_not_saved() -> None:
     rest, _, multi = engines()
     sessions = ToolSessions(multi)
-    await sessions.run("conv_1", [call("crm", "create", 0)])
-    await sessions.run("conv_1", [call("crm", "create", 1)])
-    again = await sessions.run("conv_1", [call("crm", "read", 2)], simulate=True)
+    await sessions.run("conv_1", [call("crm", "create", 0)], tenant=DEFAULT_TENANT)
+    await sessions.run("conv_1", [call("crm", "create", 1)], tenant=DEFAULT_TENANT)
+    again = await sessions.run(
+        "conv_1", [call("crm", "read", 2)], simulate=True, tenant=DEFAULT_TENANT
+    )
     assert orjson.loads(again[0].output)["seen"] == 2  # the simulation saw the saved world
-    state = await sessions.state("conv_1")
+    state = await sessions.state("conv_1", tenant=DEFAULT_TENANT)
     assert state is not None and len(history_of(state["engines"]["rest"])) == 2
     # Another conversation is another world; no session stays set up between batches.
-    other = await sessions.run("conv_2", [call("crm", "read", 3)])
+    other = await sessions.run("conv_2", [call("crm", "read", 3)], tenant=DEFAULT_TENANT)
     assert orjson.loads(other[0].output)["seen"] == 0
     assert not rest.book.live("conv_1") and not rest.book.live("conv_2")
+
+
+async def test_one_session_id_of_two_tenants_is_two_sessions() -> None:
+    _, _, multi = engines()
+    sessions = ToolSessions(multi)
+    await sessions.run("conv_1", [call("crm", "create", 0)], tenant="acme")
+
+    theirs = await sessions.run("conv_1", [call("crm", "read", 1)], tenant="globex")
+    mine = await sessions.run("conv_1", [call("crm", "read", 2)], tenant="acme")
+
+    assert orjson.loads(theirs[0].output)["seen"] == 0  # globex's world is its own
+    assert orjson.loads(mine[0].output)["seen"] == 1
+    state = await sessions.state("conv_1", tenant="globex")
+    assert state is not None and len(history_of(state["engines"]["rest"])) == 1
 
 
 async def test_concurrent_batches_of_one_session_run_one_at_a_time() -> None:
     rest, _, multi = engines(delay=0.02)
     sessions = ToolSessions(multi)
-    await asyncio.gather(*(sessions.run("c", [call("crm", "x", n)]) for n in range(5)))
+    await asyncio.gather(
+        *(sessions.run("c", [call("crm", "x", n)], tenant=DEFAULT_TENANT) for n in range(5))
+    )
     assert rest.most_running == 1
-    state = await sessions.state("c")
+    state = await sessions.state("c", tenant=DEFAULT_TENANT)
     assert state is not None and len(history_of(state["engines"]["rest"])) == 5

@@ -92,7 +92,7 @@ async def test_a_search_round_streams_a_file_search_call_and_cites_the_file(incl
     events = [
         e
         async for e in await service.open_stream(
-            ParsedRequest.from_body(body(stream=True, **extra)), {}
+            ParsedRequest.from_body(body(stream=True, **extra), tenant=DEFAULT_TENANT), {}
         )
     ]
     final = assert_lifecycle(events)
@@ -122,7 +122,7 @@ async def test_a_search_round_streams_a_file_search_call_and_cites_the_file(incl
             "index": text.index("rust.md") + 7,
         }
     ]
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
     assert upstream.requests[0]["tools"][0]["name"] == "file_search"
 
 
@@ -131,7 +131,9 @@ async def test_a_store_that_vanishes_before_the_search_fails_the_call_not_the_re
     service, upstream, _ = make(
         [[function_call("file_search", '{"queries": ["a", "b"]}')], [message("none")]]
     )
-    final = await service.create(ParsedRequest.from_body({**body(), "tools": [tool]}), {})
+    final = await service.create(
+        ParsedRequest.from_body({**body(), "tools": [tool]}, tenant=DEFAULT_TENANT), {}
+    )
     assert final["output"][0]["status"] == "failed"
     assert VANISHING in upstream.requests[1]["input"][-1]["output"]
 
@@ -143,9 +145,9 @@ async def test_a_store_that_does_not_exist_is_a_404_before_inference(stream: boo
     request = {**body(), "tools": [TOOL, tool], "stream": stream}
     with pytest.raises(MissingObjectError) as caught:
         if stream:
-            await service.open_stream(ParsedRequest.from_body(request), {})
+            await service.open_stream(ParsedRequest.from_body(request, tenant=DEFAULT_TENANT), {})
         else:
-            await service.create(ParsedRequest.from_body(request), {})
+            await service.create(ParsedRequest.from_body(request, tenant=DEFAULT_TENANT), {})
     assert caught.value.status_code == 404
     assert caught.value.to_error() == {
         "message": "No vector store found with id 'vs_missing'.",
@@ -165,11 +167,13 @@ async def test_continuation_lowers_the_call_for_the_upstream() -> None:
         ]
     )
     first = await service.create(
-        ParsedRequest.from_body(body(include=["file_search_call.results"])), {}
+        ParsedRequest.from_body(body(include=["file_search_call.results"]), tenant=DEFAULT_TENANT),
+        {},
     )
     await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "previous_response_id": first["id"], "input": "more", "tools": [TOOL]}
+            {"model": "m", "previous_response_id": first["id"], "input": "more", "tools": [TOOL]},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -192,6 +196,8 @@ async def test_continuation_lowers_the_call_for_the_upstream() -> None:
 async def test_bad_file_search_tools_are_400s(tool: JsonObject, param: str) -> None:
     service, upstream, _ = make([])
     with pytest.raises(InvalidRequestError) as info:
-        await service.create(ParsedRequest.from_body({**body(), "tools": [tool]}), {})
+        await service.create(
+            ParsedRequest.from_body({**body(), "tools": [tool]}, tenant=DEFAULT_TENANT), {}
+        )
     assert info.value.param == param
     assert upstream.requests == []

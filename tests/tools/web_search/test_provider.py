@@ -12,6 +12,7 @@ import pytest
 
 from app.core.loop import LoopLimits
 from app.core.service import ResponsesService
+from app.core.tenancy import DEFAULT_TENANT
 from app.errors import InvalidRequestError
 from app.main import create_app
 from app.protocol.json_types import JsonObject
@@ -50,7 +51,7 @@ async def run_stream(service: ResponsesService, body: JsonObject) -> list[JsonOb
     return [
         e
         async for e in await service.open_stream(
-            ParsedRequest.from_body({**body, "stream": True}), {}
+            ParsedRequest.from_body({**body, "stream": True}, tenant=DEFAULT_TENANT), {}
         )
     ]
 
@@ -58,7 +59,7 @@ async def run_stream(service: ResponsesService, body: JsonObject) -> list[JsonOb
 async def respond(service: ResponsesService, body: JsonObject, stream: bool) -> JsonObject:
     if stream:
         return assert_lifecycle(await run_stream(service, body))
-    return await service.create(ParsedRequest.from_body(body), {})
+    return await service.create(ParsedRequest.from_body(body, tenant=DEFAULT_TENANT), {})
 
 
 def body(**extra: Any) -> JsonObject:
@@ -143,7 +144,7 @@ async def test_a_search_streams_its_own_lifecycle_and_the_model_reads_numbered_r
             "context_size": "medium",
         }
     ]
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -169,7 +170,10 @@ async def test_batched_queries_run_together_and_their_sources_are_merged() -> No
     ]
     service, upstream, _ = make_service(rounds, search)
     final = await service.create(
-        ParsedRequest.from_body(body(include=["web_search_call.action.sources"])), {}
+        ParsedRequest.from_body(
+            body(include=["web_search_call.action.sources"]), tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     action = final["output"][0]["action"]
     assert action["query"] == "potato" and action["queries"] == ["potato", "tomato"]
@@ -219,7 +223,7 @@ async def test_when_some_queries_fail_the_others_still_answer() -> None:
     search = FakeSearch({"potato": [WIKI], "tomato": SearchError("Tavily did not answer")})
     rounds = [[search_call({"queries": ["potato", "tomato"]})], [message("ok")]]
     service, upstream, _ = make_service(rounds, search)
-    final = await service.create(ParsedRequest.from_body(body()), {})
+    final = await service.create(ParsedRequest.from_body(body(), tenant=DEFAULT_TENANT), {})
     assert final["output"][0]["status"] == "completed"
     text = upstream.requests[1]["input"][-1]["output"]
     assert WIKI.url in text and 'The search for "tomato" failed: Tavily did not answer' in text
@@ -228,7 +232,7 @@ async def test_when_some_queries_fail_the_others_still_answer() -> None:
 async def test_a_search_that_takes_too_long_is_an_error_for_the_model() -> None:
     rounds = [[search_call({"query": "potato"})], [message("too slow")]]
     service, upstream, _ = make_service(rounds, FakeSearch(delay=5), call_timeout=0.05)
-    final = await service.create(ParsedRequest.from_body(body()), {})
+    final = await service.create(ParsedRequest.from_body(body(), tenant=DEFAULT_TENANT), {})
     assert final["status"] == "completed"
     assert final["output"][0]["status"] == "failed"
     assert upstream.requests[1]["input"][-1]["output"] == (
@@ -246,7 +250,7 @@ async def test_a_search_that_takes_too_long_is_an_error_for_the_model() -> None:
 async def test_unusable_arguments_are_an_error_for_the_model(arguments: str, error: str) -> None:
     rounds = [[search_call(arguments)], [message("oops")]]
     service, upstream, _ = make_service(rounds, FakeSearch())
-    final = await service.create(ParsedRequest.from_body(body()), {})
+    final = await service.create(ParsedRequest.from_body(body(), tenant=DEFAULT_TENANT), {})
     assert final["output"][0]["status"] == "failed"
     assert final["output"][0]["action"] == {"type": "search", "query": ""}
     assert upstream.requests[1]["input"][-1]["output"].startswith(error)
@@ -262,7 +266,7 @@ async def test_the_tools_options_reach_the_search_and_the_model() -> None:
     }
     rounds = [[search_call({"query": "potato"})], [message("ok")]]
     service, upstream, _ = make_service(rounds, search)
-    await service.create(ParsedRequest.from_body(body(tools=[tool])), {})
+    await service.create(ParsedRequest.from_body(body(tools=[tool]), tenant=DEFAULT_TENANT), {})
     assert search.calls[0] == {
         "query": "potato",
         "max_results": 3,
@@ -290,7 +294,7 @@ async def test_invalid_tool_fields_are_a_400_naming_them(tool: JsonObject, param
     service, _, _ = make_service([], FakeSearch())
     tools = [{"type": "function", "name": "f"}, tool]
     with pytest.raises(InvalidRequestError) as raised:
-        await service.create(ParsedRequest.from_body(body(tools=tools)), {})
+        await service.create(ParsedRequest.from_body(body(tools=tools), tenant=DEFAULT_TENANT), {})
     assert raised.value.param == param
 
 
@@ -299,7 +303,8 @@ async def test_without_a_provider_a_rejected_web_search_tool_is_a_400() -> None:
     with pytest.raises(InvalidRequestError) as raised:
         await service.create(
             ParsedRequest.from_body(
-                body(tools=[{"type": "function", "name": "f"}, {"type": "web_search"}])
+                body(tools=[{"type": "function", "name": "f"}, {"type": "web_search"}]),
+                tenant=DEFAULT_TENANT,
             ),
             {},
         )
@@ -333,7 +338,9 @@ async def test_a_client_function_named_web_search_keeps_its_name() -> None:
         [search_call({"query": "potato"}, call_id="mine")],  # the client's own function
     ]
     service, upstream, _ = make_service(rounds, FakeSearch())
-    final = await service.create(ParsedRequest.from_body(body(tools=tools)), {})
+    final = await service.create(
+        ParsedRequest.from_body(body(tools=tools), tenant=DEFAULT_TENANT), {}
+    )
     names = [t["name"] for t in upstream.requests[0]["tools"]]
     assert names == ["web_search", "web_search_2"]
     assert [i["type"] for i in final["output"]] == ["function_call"]
@@ -348,7 +355,8 @@ async def test_tool_choice_of_the_web_search_type_names_its_function() -> None:
             body(
                 tools=[{"type": "web_search_preview"}, {"type": "function", "name": "f"}],
                 tool_choice={"type": "web_search_preview"},
-            )
+            ),
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -360,12 +368,16 @@ async def test_a_continuation_shows_the_model_its_earlier_search() -> None:
     rounds = [[search_call({"queries": ["potato"]})], [message("Potatoes are tubers.")]]
     service, upstream, _ = make_service(rounds, FakeSearch())
     first = await service.create(
-        ParsedRequest.from_body(body(include=["web_search_call.action.sources"])), {}
+        ParsedRequest.from_body(
+            body(include=["web_search_call.action.sources"]), tenant=DEFAULT_TENANT
+        ),
+        {},
     )
     upstream.rounds.append([message("Yes.")])
     await service.create(
         ParsedRequest.from_body(
-            {"model": "m", "previous_response_id": first["id"], "input": "really?"}
+            {"model": "m", "previous_response_id": first["id"], "input": "really?"},
+            tenant=DEFAULT_TENANT,
         ),
         {},
     )
@@ -393,7 +405,7 @@ async def test_an_answer_citing_the_results_gets_url_citations(stream: bool) -> 
         added = [e for e in events if e["type"] == "response.output_text.annotation.added"]
         assert [e["annotation_index"] for e in added] == [0, 1]
     else:
-        final = await service.create(ParsedRequest.from_body(body()), {})
+        final = await service.create(ParsedRequest.from_body(body(), tenant=DEFAULT_TENANT), {})
     annotations = final["output"][-1]["content"][0]["annotations"]
     link = f"[Potato - Wikipedia]({WIKI.url})"
     assert annotations == [
@@ -412,7 +424,7 @@ async def test_an_answer_citing_the_results_gets_url_citations(stream: bool) -> 
             "title": "Potato Nutrition Facts",
         },
     ]
-    assert await service.get(final["id"]) == final
+    assert await service.get(final["id"], tenant=DEFAULT_TENANT) == final
 
 
 # ----------------------------------------------------------------------------- a real backend
@@ -432,7 +444,10 @@ async def test_with_a_searxng_backend(searxng: SearchServer) -> None:
     try:
         service, upstream, _ = make_service(rounds, provider)
         final = await service.create(
-            ParsedRequest.from_body(body(tools=[tool], include=["web_search_call.action.sources"])),
+            ParsedRequest.from_body(
+                body(tools=[tool], include=["web_search_call.action.sources"]),
+                tenant=DEFAULT_TENANT,
+            ),
             {},
         )
     finally:
@@ -451,7 +466,7 @@ async def test_a_searxng_backend_that_fails(searxng: SearchServer) -> None:
     rounds = [[search_call({"query": "potato"})], [message("sorry")]]
     try:
         service, upstream, _ = make_service(rounds, provider)
-        final = await service.create(ParsedRequest.from_body(body()), {})
+        final = await service.create(ParsedRequest.from_body(body(), tenant=DEFAULT_TENANT), {})
     finally:
         await provider.aclose()
     assert final["output"][0]["status"] == "failed"
