@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.files import extract
 from app.files.extract import (
     ExtractionError,
+    ExtractionLimits,
+    OverBudgetError,
     UnsupportedFileError,
     decode_text,
     extract_text,
@@ -136,14 +137,15 @@ def test_zip_that_is_not_a_docx() -> None:
 
 
 @pytest.mark.parametrize("name", ["bomb.docx", "bomb.pptx"])
-def test_zip_bombs_are_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(extract, "MAX_UNZIPPED_BYTES", 10_000)
+def test_zip_bombs_are_refused(name: str) -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("ppt/slides/slide1.xml", b" " * 20_000)
     assert len(buffer.getvalue()) < 1_000
-    with pytest.raises(ExtractionError, match="expands to 20000 bytes"):
-        extract_text(buffer.getvalue(), filename=name)
+    with pytest.raises(OverBudgetError, match="expands to 20000 bytes, more than the 10000"):
+        extract_text(
+            buffer.getvalue(), filename=name, limits=ExtractionLimits(max_unzipped_bytes=10_000)
+        )
 
 
 @pytest.mark.parametrize(
