@@ -24,7 +24,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _harness  # noqa: E402
+import _harness
 
 BOUNDARY = "respgatebenchboundary"
 CHUNK = b"0123456789abcdef" * 65536  # 1 MiB

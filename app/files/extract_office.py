@@ -6,13 +6,15 @@ limit rather than by running into the time or memory budget:
 
 - DOCX and PPTX are zip files: the number of entries, the total size they declare once
   uncompressed and each large entry's compression ratio (a decompression bomb) are checked
-  from the zip's directory before anything is inflated. Python's ``zipfile`` never inflates an
-  entry past the size it declares (it stops there and fails the CRC check), so a lie does not
-  get past these checks. python-docx parses with lxml's defaults: no entity expansion, no
-  network, and a nesting depth of at most 256 (a deeper document is a parse error).
-- PDF: the page count before the first page is read, the text gathered so far after each
-  page; pypdf's own limits (``pypdf.Configuration``: decompressed stream size, decoding work,
-  array and page tree sizes) raise ``LimitReachedError``, reported as a limit too.
+  from the zip's directory before anything is inflated. Python's ``zipfile`` never returns
+  more of an entry than the size it declares (it stops there and fails the CRC check), so
+  a lie does not get past these checks. python-docx parses with lxml's defaults: no entity
+  expansion, no network, and a nesting depth of at most 256 (a deeper document is a parse
+  error).
+- PDF: the page count the page tree declares (before the tree is walked), then the pages it
+  has, before the first page is read; the text gathered so far after each page. pypdf's own
+  limits (``pypdf.Configuration``: decompressed stream size, decoding work, array and page tree
+  sizes) raise ``LimitReachedError``, reported as a limit too.
 
 A ``MemoryError`` (the child's address space limit) is never turned into "cannot be read": it
 reaches the worker, which reports the memory budget.
@@ -58,11 +60,8 @@ def extract_pdf(source: Source, limits: ExtractionLimits) -> str:
         reader = PdfReader(_stream(source))
         if reader.is_encrypted and not reader.decrypt(""):
             raise ExtractionError("The PDF is encrypted with a password.")
-        count = len(reader.pages)
-        if count > limits.max_pdf_pages:
-            raise OverBudgetError(
-                f"The PDF has {count} pages, more than the {limits.max_pdf_pages} allowed."
-            )
+        _check_pages(_declared_pages(reader), limits)  # before the page tree is walked
+        _check_pages(len(reader.pages), limits)
         chars = 0
         for page in reader.pages:
             text = (page.extract_text() or "").strip()
@@ -81,6 +80,23 @@ def extract_pdf(source: Source, limits: ExtractionLimits) -> str:
     except Exception as exc:  # pypdf raises many kinds of errors on damaged files
         raise ExtractionError(f"The PDF cannot be read: {exc!r}") from exc
     return "\n\n".join(pages)
+
+
+def _check_pages(count: int, limits: ExtractionLimits) -> None:
+    if count > limits.max_pdf_pages:
+        raise OverBudgetError(
+            f"The PDF has {count} pages, more than the {limits.max_pdf_pages} allowed."
+        )
+
+
+def _declared_pages(reader: Any) -> int:
+    """The page count the page tree's root declares (read before the tree is walked, so a
+    file that declares too many pages is refused without walking them), 0 if it has none."""
+    try:
+        count = reader.trailer["/Root"]["/Pages"]["/Count"]
+    except (KeyError, TypeError, AttributeError):
+        return 0
+    return count if isinstance(count, int) else 0
 
 
 # ----------------------------------------------------------------------------- zip
@@ -140,8 +156,20 @@ def extract_docx(source: Source, limits: ExtractionLimits) -> str:
     except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
         raise ExtractionError(f"The DOCX file cannot be read: {exc}") from exc
     except Exception as exc:  # lxml and python-docx errors on damaged files
+        if _out_of_memory(exc):
+            raise MemoryError from exc
         raise ExtractionError(f"The DOCX file cannot be read: {exc!r}") from exc
     return "\n\n".join(blocks)
+
+
+def _out_of_memory(exc: Exception) -> bool:
+    """libxml2 failing an allocation (the address space limit): lxml reports it as a syntax
+    error, "Memory allocation failed", or "unknown error" when even the report could not be
+    allocated."""
+    if type(exc).__name__ != "XMLSyntaxError":  # lxml.etree's (lxml has no type stubs)
+        return False
+    message = str(getattr(exc, "msg", ""))
+    return "Memory allocation failed" in message or message == "unknown error"
 
 
 def _docx_blocks(container: Any) -> Iterator[str]:
