@@ -97,6 +97,10 @@ class ProcessExtractor:
                 )
                 code = await proc.wait()
         except TimeoutError:
+            logger.warning(
+                "text extraction killed at its time budget",
+                extra={"filename": filename, "timeout_seconds": self.limits.timeout_seconds},
+            )
             raise ExtractorFailedError(
                 "Text extraction did not finish within the "
                 f"{self.limits.timeout_seconds:g} seconds allowed."
