@@ -99,7 +99,7 @@ class ProcessExtractor:
         except TimeoutError:
             logger.warning(
                 "text extraction killed at its time budget",
-                extra={"filename": filename, "timeout_seconds": self.limits.timeout_seconds},
+                extra={"file_name": filename, "timeout_seconds": self.limits.timeout_seconds},
             )
             raise ExtractorFailedError(
                 "Text extraction did not finish within the "
@@ -136,7 +136,11 @@ class ProcessExtractor:
             raise ExtractorFailedError(error["message"])
         logger.warning(
             "text extraction process failed",
-            extra={"filename": filename, "exit_code": code, "stderr": err.decode(errors="replace")},
+            extra={
+                "file_name": filename,
+                "exit_code": code,
+                "stderr": err.decode(errors="replace"),
+            },
         )
         raise ExtractorFailedError(
             f"Text extraction failed: the extraction process ended unexpectedly (exit code {code})."

@@ -237,3 +237,16 @@ async def test_text_files_have_their_own_lane(no_leftover_children: None) -> Non
     for task in [*slow, waiting]:
         task.cancel()
     await asyncio.gather(*slow, waiting, return_exceptions=True)
+
+
+def test_a_child_that_dies_without_an_answer_is_a_logged_server_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level("WARNING", logger="app.files.extract_process")
+    with pytest.raises(ExtractorFailedError, match=r"ended unexpectedly \(exit code -11\)") as e:
+        ProcessExtractor()._reply(b"", b"Fatal Python error: Segmentation fault", -11, "x.pdf")
+    assert e.value.code == "server_error"
+    (record,) = caplog.records
+    assert record.getMessage() == "text extraction process failed"
+    assert (record.file_name, record.exit_code) == ("x.pdf", -11)  # type: ignore[attr-defined]
+    assert "Segmentation fault" in record.stderr  # type: ignore[attr-defined]
