@@ -297,7 +297,9 @@ async def build_file_search(
         index,
         embedder,
         time.time,
-        ingest=IngestOptions(batch_size=settings.embeddings_batch_size),
+        ingest=IngestOptions(
+            batch_size=settings.embeddings_batch_size, extraction=settings.extraction.limits()
+        ),
     )
     stack.push_async_callback(vector_stores.aclose)
     files = FilesService(file_store, blobs, time.time, detacher=vector_stores.store_files)

@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from app.core.limits import clamp_rounds
 from app.options.egress import EgressSettings
+from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
 from app.tool_settings import (
     McpSettings,
@@ -202,6 +203,8 @@ class Settings(BaseSettings):
     # a sentence-transformers model path or name (default: the bundled all-MiniLM-L6-v2).
     embeddings_model: str | None = None
     embeddings_batch_size: int = Field(default=64, ge=1, le=2048)
+    # [extraction]: each uploaded file's text extracted in a child process, on a budget.
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
 
     # Web search: the provider behind the web_search tool (None: web_search is not available).
     web_search_provider: Literal["searxng", "tavily", "brave", "you"] | None = None

@@ -7,7 +7,8 @@ import copy
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from app.core.ids import new_id
@@ -763,8 +764,16 @@ class MemoryBlobStore:
     async def put(self, file_id: str, data: bytes) -> None:
         self.blobs[file_id] = bytes(data)
 
+    async def put_stream(self, file_id: str, chunks: AsyncIterable[bytes]) -> int:
+        data = b"".join([chunk async for chunk in chunks])
+        self.blobs[file_id] = data
+        return len(data)
+
     async def get(self, file_id: str) -> bytes | None:
         return self.blobs.get(file_id)
+
+    async def local_path(self, file_id: str) -> Path | None:
+        return None  # in memory: extraction gets the bytes
 
     async def delete(self, file_id: str) -> None:
         self.blobs.pop(file_id, None)

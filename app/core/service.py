@@ -47,7 +47,6 @@ from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.core.tools import ToolContext, ToolKit
 from app.errors import GatewayError, NotFoundError
-from app.protocol.compaction import CompactRequest
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import SIMULATE_FIELD, ParsedRequest
 
@@ -403,17 +402,6 @@ class ResponsesService:
 
     def _completed_at(self, status: str) -> int | None:
         return int(self._clock()) if status in ("completed", "incomplete") else None
-
-    async def compact(
-        self,
-        request: CompactRequest,
-        body: JsonObject,
-        headers: Mapping[str, str],
-        *,
-        tenant: str,
-    ) -> JsonObject:
-        """``POST /v1/responses/compact`` (``core.compact``)."""
-        return await self.compactor.compact(request, body, headers, tenant=tenant)
 
     # ------------------------------------------------------------------ retrieve / delete
 

@@ -2,32 +2,46 @@
 
 The kind of a file comes from its extension, then its content type, then (for a name without
 an extension) a look at its bytes. Text is decoded as UTF-8 (or UTF-16/32 when a BOM says so);
-PDF, DOCX and PPTX are read with pypdf, python-docx and the standard library, imported only
-when such a file comes. NUL characters are dropped (PostgreSQL text cannot hold them).
+PDF, DOCX and PPTX are read in ``extract_office`` (pypdf, python-docx and the standard library,
+imported only when such a file comes). NUL characters are dropped (PostgreSQL text cannot hold
+them).
+
+``extract_text`` runs in the process that calls it: the gateway never calls it itself, it
+hands each file to a budgeted child process (``extract_process.ProcessExtractor``, which runs
+``extract_worker``). ``ExtractionLimits`` is that budget; the checks that need no child (the
+output size, the sizes a zip declares, a PDF's page count) are made here, in the child, so a
+file over them fails fast with a message that names the limit.
 """
 
 from __future__ import annotations
 
 import codecs
-import io
 import json
 import re
-import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from html.parser import HTMLParser
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
-from xml.etree import ElementTree
 
 __all__ = [
-    "MAX_UNZIPPED_BYTES",
     "SUPPORTED_EXTENSIONS",
     "ExtractionError",
+    "ExtractionLimits",
+    "ExtractorFailedError",
+    "OverBudgetError",
+    "Source",
     "UnsupportedFileError",
+    "declared_kind",
     "decode_text",
     "extract_text",
     "file_kind",
 ]
+
+# A file's bytes, or the path of the file that holds them (read by the extractor itself).
+Source = bytes | Path
+
+MIB = 1024 * 1024
 
 
 class UnsupportedFileError(ValueError):
@@ -40,6 +54,53 @@ class ExtractionError(ValueError):
     """The file claims a supported type but cannot be read (corrupt, encrypted ...)."""
 
     code = "invalid_file"
+
+
+class OverBudgetError(ExtractionError):
+    """The file needs more than the extraction budget allows (a decompression bomb, too many
+    pages, too much text, too much memory): the same file fails the same way every time."""
+
+
+class ExtractorFailedError(ExtractionError):
+    """The extraction did not finish for a reason that is not the file's alone (its time
+    budget ran out on a busy machine, the extractor process died): OpenAI's ``server_error``."""
+
+    code = "server_error"
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractionLimits:
+    """The budget of one file's text extraction (the ``[extraction]`` settings).
+
+    ``timeout_seconds``, ``memory_bytes`` and the concurrency are enforced by
+    ``ProcessExtractor`` (wall time, the child's address space); the others are checked by the
+    extractors before or while they parse.
+    """
+
+    timeout_seconds: float = 120.0
+    memory_bytes: int = 1024 * MIB
+    max_output_chars: int = 20_000_000
+    max_concurrency: int = 2
+    max_text_concurrency: int = 2
+    max_pdf_pages: int = 5_000
+    max_unzipped_bytes: int = 256 * MIB
+    max_zip_entries: int = 10_000
+    max_compression_ratio: int = 200
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ExtractionLimits:
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    def check_output(self, chars: int) -> None:
+        """``OverBudgetError`` when ``chars`` characters of text are more than allowed."""
+        if chars > self.max_output_chars:
+            raise OverBudgetError(
+                f"The file's text is longer than the {self.max_output_chars} characters allowed."
+            )
 
 
 def _words(text: str) -> frozenset[str]:
@@ -111,43 +172,103 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
 )
 
 
-def extract_text(data: bytes, *, filename: str, content_type: str | None = None) -> str:
-    """The searchable text of a file.
+def extract_text(
+    source: Source,
+    *,
+    filename: str,
+    content_type: str | None = None,
+    limits: ExtractionLimits | None = None,
+) -> str:
+    """The searchable text of a file (its bytes, or the path of the file holding them).
 
-    Raises ``UnsupportedFileError`` for a type that is not searched and ``ExtractionError``
-    for a file that cannot be read. A file with no text (a scanned PDF) gives ``""``.
+    Raises ``UnsupportedFileError`` for a type that is not searched, ``OverBudgetError`` for a
+    file over ``limits`` and ``ExtractionError`` for a file that cannot be read. A file with no
+    text (a scanned PDF) gives ``""``.
     """
-    kind = file_kind(filename, content_type, data)
-    text = _EXTRACTORS[kind](data)
+    limits = limits or ExtractionLimits()
+    kind = declared_kind(filename, content_type)
+    if kind is None:
+        kind = file_kind(filename, content_type, _head(source))
+    if kind in _TEXT_KINDS:
+        data = _read_text_source(source, limits)
+        text = _EXTRACTORS[kind](data)
+    else:
+        from app.files.extract_office import OFFICE_EXTRACTORS
+
+        text = OFFICE_EXTRACTORS[kind](source, limits)
+    limits.check_output(len(text))
     return text.replace("\x00", "")
 
 
 def file_kind(filename: str, content_type: str | None = None, data: bytes | None = None) -> str:
     """``"text"``, ``"html"``, ``"json"``, ``"pdf"``, ``"docx"`` or ``"pptx"``; raises
     ``UnsupportedFileError``."""
-    name = PurePosixPath(filename.replace("\\", "/")).name.lower()
-    extension = name.rpartition(".")[2] if "." in name.lstrip(".") else ""
+    kind = declared_kind(filename, content_type)
+    if kind is not None:
+        return kind
+    if data is not None:
+        sniffed = _sniff(data)
+        if sniffed is not None:
+            return sniffed
+    raise _unsupported(filename, content_type)
+
+
+def declared_kind(filename: str, content_type: str | None = None) -> str | None:
+    """The kind the name or the content type declares; None when only the bytes can tell (a
+    name without an extension and no known content type). Raises ``UnsupportedFileError`` for
+    a declared type that is not searched."""
+    name, extension = _name_and_extension(filename)
     kind = _KIND_BY_EXTENSION.get(extension)
     if kind is not None:
         return kind
-    media_type = (content_type or "").partition(";")[0].strip().lower()
+    media_type = _media_type(content_type)
     kind = _KIND_BY_CONTENT_TYPE.get(media_type)
     if kind is None and media_type.startswith("text/"):
         kind = "text"
     if kind is not None:
         return kind
     if not extension:
-        if name in _TEXT_NAMES:
-            return "text"
-        if data is not None:
-            sniffed = _sniff(data)
-            if sniffed is not None:
-                return sniffed
-    shown = f".{extension}" if extension else (media_type or "unknown")
-    raise UnsupportedFileError(
+        return "text" if name in _TEXT_NAMES else None
+    raise _unsupported(filename, content_type)
+
+
+def _name_and_extension(filename: str) -> tuple[str, str]:
+    name = PurePosixPath(filename.replace("\\", "/")).name.lower()
+    return name, name.rpartition(".")[2] if "." in name.lstrip(".") else ""
+
+
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").partition(";")[0].strip().lower()
+
+
+def _unsupported(filename: str, content_type: str | None) -> UnsupportedFileError:
+    _, extension = _name_and_extension(filename)
+    shown = f".{extension}" if extension else (_media_type(content_type) or "unknown")
+    return UnsupportedFileError(
         f"File type not supported: {filename!r} ({shown}). Supported types for file search: "
         "text, Markdown, HTML, JSON, PDF, DOCX, PPTX and source code files."
     )
+
+
+_TEXT_KINDS = frozenset({"text", "html", "json"})
+# The most bytes one character takes in the encodings read (UTF-8, UTF-16, UTF-32), and a BOM.
+_MAX_CHAR_BYTES = 4
+_MAX_BOM_BYTES = 4
+
+
+def _head(source: Source, size: int = 1024) -> bytes:
+    if isinstance(source, bytes):
+        return source[:size]
+    with source.open("rb") as handle:
+        return handle.read(size)
+
+
+def _read_text_source(source: Source, limits: ExtractionLimits) -> bytes:
+    """The bytes of a text file, refused unread when they are sure to decode to more
+    characters than ``max_output_chars`` (every character takes at most 4 bytes)."""
+    size = len(source) if isinstance(source, bytes) else source.stat().st_size
+    limits.check_output((size - _MAX_BOM_BYTES) // _MAX_CHAR_BYTES)
+    return source if isinstance(source, bytes) else source.read_bytes()
 
 
 def _sniff(data: bytes) -> str | None:
@@ -292,125 +413,16 @@ def _extract_json(data: bytes) -> str:
         value: Any = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ExtractionError(f"The file is not valid JSON: {exc}") from exc
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-# ----------------------------------------------------------------------------- PDF
-
-
-def _extract_pdf(data: bytes) -> str:
-    from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
-
+    except RecursionError:
+        raise ExtractionError("The JSON file is nested too deeply to be read.") from None
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise ExtractionError("The PDF is encrypted with a password.")
-        pages = [(page.extract_text() or "").strip() for page in reader.pages]
-    except ExtractionError:
-        raise
-    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, OSError) as exc:
-        raise ExtractionError(f"The PDF cannot be read: {exc}") from exc
-    except Exception as exc:  # pypdf raises many kinds of errors on damaged files
-        raise ExtractionError(f"The PDF cannot be read: {exc!r}") from exc
-    return "\n\n".join(page for page in pages if page)
-
-
-# ----------------------------------------------------------------------------- DOCX
-
-# DOCX and PPTX are zip files: refuse one that would expand past this (a zip bomb).
-MAX_UNZIPPED_BYTES = 512 * 1024 * 1024
-
-
-def _check_zip_size(data: bytes, kind: str) -> None:
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            total = sum(info.file_size for info in archive.infolist())
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:
-        raise ExtractionError(f"The {kind} file cannot be read: {exc}") from exc
-    if total > MAX_UNZIPPED_BYTES:
-        raise ExtractionError(
-            f"The {kind} file expands to {total} bytes, more than the {MAX_UNZIPPED_BYTES} allowed."
-        )
-
-
-def _extract_docx(data: bytes) -> str:
-    import docx
-    from docx.opc.exceptions import PackageNotFoundError
-
-    _check_zip_size(data, "DOCX")
-    try:
-        document = docx.Document(io.BytesIO(data))
-        blocks = list(_docx_blocks(document))
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
-        raise ExtractionError(f"The DOCX file cannot be read: {exc}") from exc
-    except Exception as exc:  # lxml and python-docx errors on damaged files
-        raise ExtractionError(f"The DOCX file cannot be read: {exc!r}") from exc
-    return "\n\n".join(block for block in blocks if block)
-
-
-def _docx_blocks(container: Any) -> Iterator[str]:
-    """Paragraphs and tables in document order; a table row per line, cells split by " | "."""
-    from docx.table import Table
-
-    for block in container.iter_inner_content():
-        if isinstance(block, Table):
-            rows: list[str] = []
-            for row in block.rows:
-                cells: list[str] = []
-                seen: set[int] = set()
-                for cell in row.cells:
-                    if id(cell._tc) in seen:  # a merged cell repeats in python-docx
-                        continue
-                    seen.add(id(cell._tc))
-                    cells.append(" ".join(b for b in _docx_blocks(cell) if b))
-                if any(cells):
-                    rows.append(" | ".join(cells))
-            yield "\n".join(rows)
-        else:
-            yield block.text.strip()
-
-
-# ----------------------------------------------------------------------------- PPTX
-
-_DRAWING_NS = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
-_SLIDE_NAME = re.compile(r"ppt/slides/slide(\d+)\.xml")
-
-
-def _extract_pptx(data: bytes) -> str:
-    _check_zip_size(data, "PPTX")
-    try:
-        with zipfile.ZipFile(io.BytesIO(data)) as archive:
-            slides = sorted(
-                (int(m.group(1)), name)
-                for name in archive.namelist()
-                if (m := _SLIDE_NAME.fullmatch(name))
-            )
-            if not slides:
-                raise ExtractionError("The PPTX file has no slides.")
-            texts = [_pptx_slide_text(archive.read(name)) for _, name in slides]
-    except ExtractionError:
-        raise
-    except (zipfile.BadZipFile, ElementTree.ParseError, KeyError, ValueError, OSError) as exc:
-        raise ExtractionError(f"The PPTX file cannot be read: {exc}") from exc
-    return "\n\n".join(text for text in texts if text)
-
-
-def _pptx_slide_text(xml: bytes) -> str:
-    root = ElementTree.fromstring(xml)
-    lines: list[str] = []
-    for paragraph in root.iter(f"{_DRAWING_NS}p"):
-        line = "".join(node.text or "" for node in paragraph.iter(f"{_DRAWING_NS}t")).strip()
-        if line:
-            lines.append(line)
-    return "\n".join(lines)
+        return json.dumps(value, indent=2, ensure_ascii=False)
+    except RecursionError:
+        raise ExtractionError("The JSON file is nested too deeply to be read.") from None
 
 
 _EXTRACTORS: dict[str, Callable[[bytes], str]] = {
     "text": _extract_plain,
     "html": _extract_html,
     "json": _extract_json,
-    "pdf": _extract_pdf,
-    "docx": _extract_docx,
-    "pptx": _extract_pptx,
 }

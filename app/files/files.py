@@ -1,5 +1,10 @@
 """FilesService: the Files API (``/v1/files``) over a FileStore (metadata) and a BlobStore (bytes).
 
+An upload is stored in two steps, because a multipart form may send its fields after the file:
+``receive`` writes the bytes as they arrive under a new id (nothing is left if the stream
+fails), then ``create_received`` checks the fields and records the file, or deletes the bytes.
+``create`` does both for bytes already in hand.
+
 Deleting a file also removes it from every vector store (``FileDetacher``: the vector stores'
 ``StoreFilesService``, which cancels the file's ingestion and deletes its chunks) before the
 store forgets it. A file past its ``expires_at`` is deleted when it is next asked for.
@@ -11,7 +16,8 @@ and another tenant's file id answers exactly as an unknown one (404 ``No such Fi
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from app.core.ids import uuid7_hex
@@ -35,6 +41,14 @@ class FileDetacher(Protocol):
 
 def new_file_id() -> str:
     return f"file-{uuid7_hex()}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedBlob:
+    """An upload's bytes, stored under ``file_id`` but not yet a file (``create_received``)."""
+
+    file_id: str
+    bytes: int
 
 
 class FilesService:
@@ -63,23 +77,50 @@ class FilesService:
         """Store an upload as ``tenant``'s (``purpose`` and ``expires_after`` are checked
         here: 400s)."""
         check_purpose(purpose)
-        seconds = check_expires_after(expires_after)
-        now = int(self._clock())
-        file = StoredFile(
-            id=new_file_id(),
-            filename=filename,
-            purpose=purpose,
-            bytes=len(data),
-            created_at=now,
-            expires_at=now + seconds if seconds is not None else None,
+        check_expires_after(expires_after)
+        received = await self.receive(_once(data))
+        return await self.create_received(
+            received, tenant=tenant, filename=filename, purpose=purpose, expires_after=expires_after
         )
-        await self.blobs.put(file.id, data)
+
+    async def receive(self, chunks: AsyncIterable[bytes]) -> ReceivedBlob:
+        """Store an upload's bytes as ``chunks`` yields them, under a new file id."""
+        file_id = new_file_id()
+        size = await self.blobs.put_stream(file_id, chunks)
+        return ReceivedBlob(file_id, size)
+
+    async def create_received(
+        self,
+        received: ReceivedBlob,
+        *,
+        tenant: str,
+        filename: str,
+        purpose: str,
+        expires_after: Any = None,
+    ) -> JsonObject:
+        """Record received bytes as ``tenant``'s file (``purpose`` and ``expires_after``
+        checked: 400s); the bytes are deleted when that fails."""
         try:
+            check_purpose(purpose)
+            seconds = check_expires_after(expires_after)
+            now = int(self._clock())
+            file = StoredFile(
+                id=received.file_id,
+                filename=filename,
+                purpose=purpose,
+                bytes=received.bytes,
+                created_at=now,
+                expires_at=now + seconds if seconds is not None else None,
+            )
             await self.files.for_tenant(tenant).add_file(file)
-        except Exception:
-            await self.blobs.delete(file.id)
+        except BaseException:
+            await self.discard(received)
             raise
         return file.to_object()
+
+    async def discard(self, received: ReceivedBlob) -> None:
+        """Delete received bytes that will not become a file (the form was incomplete)."""
+        await self.blobs.delete(received.file_id)
 
     async def list_files(
         self, *, tenant: str, purpose: str | None, after: str | None, limit: int, order: str
@@ -125,6 +166,10 @@ class FilesService:
             await self.detacher.forget_file(file_id, tenant=tenant)
         await files.delete_file(file_id)
         await self.blobs.delete(file_id)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def check_purpose(purpose: str) -> None:

@@ -1,12 +1,17 @@
 """Ingestion of a vector store's files: extract -> chunk -> embed -> index, in the background.
 
-``ingest_file`` is one file's pipeline; it never raises for a bad file or an unavailable
-embedder, it reports an ``IngestOutcome`` (``completed`` with ``usage_bytes``, or ``failed``
-with OpenAI's ``last_error``). ``IngestQueue`` runs it in asyncio tasks it owns: at most
-``max_concurrency`` files at a time, cancellable per file or per store, awaited on shutdown.
+``ingest_file`` is one file's pipeline (``extract_file`` then ``index_text``); it never raises
+for a bad file or an unavailable embedder, it reports an ``IngestOutcome`` (``completed`` with
+``usage_bytes``, or ``failed`` with OpenAI's ``last_error``). The text is extracted by a
+``TextExtractor``: ``extract_process.ProcessExtractor``, a budgeted child process per file,
+never this process. ``IngestQueue`` runs the pipeline in asyncio tasks it owns, cancellable per
+file or per store, awaited on shutdown: extraction waits for the extractor's own lanes, and
+only chunking, embedding and indexing take one of the queue's ``concurrency`` slots, so a file
+whose extraction runs to its time budget never holds a slot another file needs. A task hands
+its outcome to ``finish`` (the service records it); a cancelled task records nothing, the
+canceller does.
 Each task reads and writes as its store's tenant (``FileStores.for_tenant``,
-``VectorIndexes.for_tenant``). A task hands its outcome to ``finish`` (the service records
-it); a cancelled task records nothing, the canceller does.
+``VectorIndexes.for_tenant``).
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import mimetypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from app.errors import GatewayError
 from app.files.chunking import chunk_text
-from app.files.extract import ExtractionError, UnsupportedFileError, extract_text
+from app.files.extract import ExtractionError, ExtractionLimits, Source, UnsupportedFileError
+from app.files.extract_process import ProcessExtractor
 from app.files.ports import (
     BlobStore,
     Embedder,
@@ -42,10 +48,18 @@ DEFAULT_OVERLAP = 400
 
 @dataclass(frozen=True, slots=True)
 class IngestOptions:
-    """How many files are ingested at once, and how many chunks are embedded per call."""
+    """How many files are chunked, embedded and indexed at once, how many chunks are embedded
+    per call, and the budget of each file's text extraction."""
 
     concurrency: int = DEFAULT_CONCURRENCY
     batch_size: int = DEFAULT_BATCH_SIZE
+    extraction: ExtractionLimits = field(default_factory=ExtractionLimits)
+
+
+class TextExtractor(Protocol):
+    async def extract(self, source: Source, *, filename: str, content_type: str | None) -> str:
+        """The file's text; raises ``UnsupportedFileError`` or ``ExtractionError``."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,33 +87,50 @@ def chunk_sizes(strategy: JsonObject) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class Indexing:
-    """Where a file's chunks go: embedded by ``embedder``, ``batch_size`` chunks per call,
-    then written to ``index``."""
+    """How a file becomes chunks in the index: its text extracted by ``extractor``, its chunks
+    embedded by ``embedder``, ``batch_size`` chunks per call, then written to ``index``."""
 
     index: VectorIndex
     embedder: Embedder
     batch_size: int = DEFAULT_BATCH_SIZE
+    extractor: TextExtractor = field(default_factory=ProcessExtractor)
 
 
 async def ingest_file(
     vector_store_id: str,
     file: StoredFile,
-    data: bytes,
+    source: Source,
     chunking_strategy: JsonObject,
     indexing: Indexing,
 ) -> IngestOutcome:
-    """Index one file of one store (its chunks replace any the store had for it)."""
-    index, embedder, batch_size = indexing.index, indexing.embedder, indexing.batch_size
+    """Index one file of one store (its chunks replace any the store had for it); ``source``
+    is its bytes or the path of the file that holds them."""
+    extracted = await extract_file(file, source, indexing.extractor)
+    if isinstance(extracted, IngestOutcome):
+        return extracted
+    return await index_text(vector_store_id, file, extracted, chunking_strategy, indexing)
+
+
+async def extract_file(
+    file: StoredFile, source: Source, extractor: TextExtractor
+) -> str | IngestOutcome:
+    """The file's text, or the failed outcome that says why there is none."""
     content_type = mimetypes.guess_type(file.filename)[0]
     try:
-        # Extraction (PDF, DOCX) and tokenizing are CPU-bound: off the event loop.
-        text = await asyncio.to_thread(
-            extract_text, data, filename=file.filename, content_type=content_type
-        )
-    except UnsupportedFileError as exc:
-        return failure("unsupported_file", str(exc) or f"Unsupported file: {file.filename}")
-    except ExtractionError as exc:
-        return failure("invalid_file", str(exc) or f"Could not read {file.filename}")
+        return await extractor.extract(source, filename=file.filename, content_type=content_type)
+    except (UnsupportedFileError, ExtractionError) as exc:
+        return failure(exc.code, str(exc) or f"Could not read {file.filename}")
+
+
+async def index_text(
+    vector_store_id: str,
+    file: StoredFile,
+    text: str,
+    chunking_strategy: JsonObject,
+    indexing: Indexing,
+) -> IngestOutcome:
+    """Chunk, embed and index a file's extracted text."""
+    index, embedder, batch_size = indexing.index, indexing.embedder, indexing.batch_size
     max_tokens, overlap = chunk_sizes(chunking_strategy)
     chunks = await asyncio.to_thread(chunk_text, text, max_tokens=max_tokens, overlap=overlap)
     if not chunks:
@@ -169,6 +200,7 @@ class IngestQueue:
         self._index = index
         self._embedder = embedder
         self._batch_size = options.batch_size
+        self._extractor = ProcessExtractor(options.extraction)
         self._finish = finish
         self._slots = asyncio.Semaphore(options.concurrency)
         self._tasks: dict[Key, asyncio.Task[None]] = {}
@@ -227,29 +259,38 @@ class IngestQueue:
     async def _run(
         self, vector_store_id: str, file_id: str, chunking: JsonObject, tenant: str
     ) -> None:
-        async with self._slots:
-            try:
-                outcome = await self._ingest(vector_store_id, file_id, chunking, tenant)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                logger.exception(
-                    "ingestion failed",
-                    extra={"vector_store_id": vector_store_id, "file_id": file_id},
-                )
-                outcome = failure("server_error", f"Ingestion failed: {exc}")
-            await self._finish(vector_store_id, file_id, outcome, tenant=tenant)
+        try:
+            outcome = await self._ingest(vector_store_id, file_id, chunking, tenant)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception(
+                "ingestion failed",
+                extra={"vector_store_id": vector_store_id, "file_id": file_id},
+            )
+            outcome = failure("server_error", f"Ingestion failed: {exc}")
+        await self._finish(vector_store_id, file_id, outcome, tenant=tenant)
 
     async def _ingest(
         self, vector_store_id: str, file_id: str, chunking: JsonObject, tenant: str
     ) -> IngestOutcome:
         file = await self._files.for_tenant(tenant).get_file(file_id)
-        data = await self._blobs.get(file_id) if file is not None else None
-        if file is None or data is None:
+        source: Source | None = None
+        if file is not None:
+            # A blob on the local disk is read by the extractor from its path, not loaded here.
+            source = await self._blobs.local_path(file_id) or await self._blobs.get(file_id)
+        if file is None or source is None:
             return failure("invalid_file", f"The file {file_id} no longer exists.")
         logger.info(
             "ingesting file",
-            extra={"vector_store_id": vector_store_id, "file_id": file_id, "bytes": len(data)},
+            extra={"vector_store_id": vector_store_id, "file_id": file_id, "bytes": file.bytes},
         )
-        indexing = Indexing(self._index.for_tenant(tenant), self._embedder, self._batch_size)
-        return await ingest_file(vector_store_id, file, data, chunking, indexing)
+        # Extraction is bounded by the extractor's own lanes and budget, outside the slots.
+        extracted = await extract_file(file, source, self._extractor)
+        if isinstance(extracted, IngestOutcome):
+            return extracted
+        indexing = Indexing(
+            self._index.for_tenant(tenant), self._embedder, self._batch_size, self._extractor
+        )
+        async with self._slots:
+            return await index_text(vector_store_id, file, extracted, chunking, indexing)

@@ -14,8 +14,9 @@ client's), and a file's bytes are only read or deleted after its tenant's ``File
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from app.protocol.json_types import JsonObject
@@ -273,7 +274,19 @@ class BlobStore(Protocol):
 
     async def put(self, file_id: str, data: bytes) -> None: ...
 
+    async def put_stream(self, file_id: str, chunks: AsyncIterable[bytes]) -> int:
+        """Store the bytes ``chunks`` yields, as they come (an upload never whole in memory);
+        the number of bytes. If ``chunks`` raises (a 413, a 400, a client gone), or the caller
+        is cancelled, nothing of it is left and the exception propagates."""
+        ...
+
     async def get(self, file_id: str) -> bytes | None: ...
+
+    async def local_path(self, file_id: str) -> Path | None:
+        """The file holding the blob when the store keeps it on this machine's disk (text
+        extraction reads it from there rather than through memory); None otherwise, or when
+        there is no such blob."""
+        ...
 
     async def delete(self, file_id: str) -> None: ...
 

@@ -3,15 +3,18 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import os
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from app.files import extract
 from app.files.extract import (
     ExtractionError,
+    ExtractionLimits,
+    OverBudgetError,
     UnsupportedFileError,
+    declared_kind,
     decode_text,
     extract_text,
     file_kind,
@@ -136,14 +139,15 @@ def test_zip_that_is_not_a_docx() -> None:
 
 
 @pytest.mark.parametrize("name", ["bomb.docx", "bomb.pptx"])
-def test_zip_bombs_are_refused(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(extract, "MAX_UNZIPPED_BYTES", 10_000)
+def test_zip_bombs_are_refused(name: str) -> None:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("ppt/slides/slide1.xml", b" " * 20_000)
     assert len(buffer.getvalue()) < 1_000
-    with pytest.raises(ExtractionError, match="expands to 20000 bytes"):
-        extract_text(buffer.getvalue(), filename=name)
+    with pytest.raises(OverBudgetError, match="expands to 20000 bytes, more than the 10000"):
+        extract_text(
+            buffer.getvalue(), filename=name, limits=ExtractionLimits(max_unzipped_bytes=10_000)
+        )
 
 
 @pytest.mark.parametrize(
@@ -213,3 +217,75 @@ def test_utf16_file_and_nul_characters_dropped() -> None:
 def test_large_text_file() -> None:
     data = ("line of text\n" * 200_000).encode()
     assert len(extract_text(data, filename="big.log")) == len(data)
+
+
+# ------------------------------------------------------------------------------ the budget's checks
+# (in this process; tests/files/test_extract_process.py runs them in the extraction child)
+
+
+def _zip(entries: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+def test_too_many_zip_entries_are_refused_before_parsing() -> None:
+    data = _zip({f"ppt/slides/slide{i}.xml": b"<x/>" for i in range(30)})
+    with pytest.raises(OverBudgetError, match="has 30 entries, more than the 20 allowed"):
+        extract_text(data, filename="deck.pptx", limits=ExtractionLimits(max_zip_entries=20))
+
+
+def test_an_entry_that_expands_too_many_times_is_a_bomb_but_a_small_one_is_not() -> None:
+    bomb = _zip({"ppt/slides/slide1.xml": b" " * 3_000_000})
+    with pytest.raises(OverBudgetError, match="more than the 200 times allowed: a decompression"):
+        extract_text(bomb, filename="deck.pptx")
+    small = make_fixtures.pptx_bytes()  # its entries compress well but are under 1 MiB
+    limits = ExtractionLimits(max_compression_ratio=1)
+    assert "Lighthouse roadmap" in extract_text(small, filename="deck.pptx", limits=limits)
+
+
+def test_pdf_pages_and_output_are_limited() -> None:
+    pdf = make_fixtures.pdf_bytes()
+    with pytest.raises(OverBudgetError, match="The PDF has 2 pages, more than the 1 allowed"):
+        extract_text(pdf, filename="r.pdf", limits=ExtractionLimits(max_pdf_pages=1))
+    with pytest.raises(OverBudgetError, match="longer than the 50 characters allowed"):
+        extract_text(pdf, filename="r.pdf", limits=ExtractionLimits(max_output_chars=50))
+    assert extract_text(pdf, filename="r.pdf", limits=ExtractionLimits(max_pdf_pages=2))
+
+
+def test_text_output_is_limited_and_a_sure_overrun_is_not_read(tmp_path: Path) -> None:
+    limits = ExtractionLimits(max_output_chars=10)
+    assert extract_text(b"0123456789", filename="a.txt", limits=limits) == "0123456789"
+    with pytest.raises(OverBudgetError, match="longer than the 10 characters allowed"):
+        extract_text(b"0123456789x", filename="a.txt", limits=limits)
+    huge = tmp_path / "huge.txt"
+    huge.touch()
+    os.truncate(huge, 64 * 2**30)  # 64 GiB, sparse: refused from its size, never read
+    with pytest.raises(OverBudgetError):
+        extract_text(huge, filename="huge.txt", limits=limits)
+    path = tmp_path / "small.txt"
+    path.write_bytes(b"y" * 10)
+    assert extract_text(path, filename="small.txt", limits=limits) == "y" * 10
+
+
+def test_deeply_nested_json_is_an_extraction_error() -> None:
+    with pytest.raises(ExtractionError, match="nested too deeply"):
+        extract_text(b"[" * 100_000 + b"]" * 100_000, filename="deep.json")
+
+
+@pytest.mark.parametrize(
+    ("name", "content_type", "kind"),
+    [
+        ("a.pdf", None, "pdf"),
+        ("upload", "text/plain", "text"),
+        ("README", None, "text"),
+        ("upload", None, None),  # only the bytes can tell
+        ("upload", "application/octet-stream", None),
+    ],
+)
+def test_declared_kind(name: str, content_type: str | None, kind: str | None) -> None:
+    assert declared_kind(name, content_type) == kind
+    with pytest.raises(UnsupportedFileError):
+        declared_kind("photo.png")

@@ -354,6 +354,52 @@ async def test_blob_keeps_its_own_copy(blobs: BlobStore) -> None:
     assert await blobs.get("file-1") == b"original"
 
 
+async def _pieces(*pieces: bytes, fail: Exception | None = None) -> AsyncIterator[bytes]:
+    for piece in pieces:
+        await asyncio.sleep(0)
+        yield piece
+    if fail is not None:
+        raise fail
+
+
+async def test_blob_streamed_in_pieces(blobs: BlobStore) -> None:
+    assert await blobs.put_stream("file-1", _pieces(b"ab", b"", b"c" * 3_000_000)) == 3_000_002
+    assert await blobs.get("file-1") == b"ab" + b"c" * 3_000_000
+    assert await blobs.put_stream("file-2", _pieces()) == 0
+    assert await blobs.get("file-2") == b""
+
+
+async def test_a_failed_stream_leaves_nothing(blobs: BlobStore) -> None:
+    with pytest.raises(ValueError, match="client gone"):
+        await blobs.put_stream("file-1", _pieces(b"x" * 2_000_000, fail=ValueError("client gone")))
+    assert await blobs.get("file-1") is None
+    assert await blobs.local_path("file-1") is None
+
+
+async def test_disk_blob_store_stream_failure_and_cancel_leave_no_file(tmp_path: Path) -> None:
+    blobs = DiskBlobStore(tmp_path / "files")
+    await blobs.put("file-1", b"kept")
+    with pytest.raises(RuntimeError):
+        await blobs.put_stream("file-1", _pieces(b"x" * 3_000_000, fail=RuntimeError()))
+    arrived = asyncio.Event()
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b"y" * 2_000_000
+        arrived.set()
+        await asyncio.Event().wait()
+        yield b""
+
+    task = asyncio.create_task(blobs.put_stream("file-2", stalled()))
+    await arrived.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(os.listdir(tmp_path / "files")) == ["file-1"]  # no temporary file left
+    assert await blobs.get("file-1") == b"kept"  # a failed rewrite keeps the old bytes
+    assert await blobs.local_path("file-1") == tmp_path / "files" / "file-1"
+    assert await blobs.local_path("file-2") is None
+
+
 async def test_disk_blob_store_leaves_only_its_blobs(tmp_path: Path) -> None:
     root = tmp_path / "data" / "files"
     blobs = DiskBlobStore(root)

@@ -1,7 +1,9 @@
 """The Files API: ``/v1/files`` (multipart upload, list, get, delete, content).
 
-Uploads have their own size limit (the ``max_upload_bytes`` setting), not the JSON body limit:
-the body is counted as it arrives and the multipart parser spools the file to disk past 1 MB.
+Uploads have their own size limit (the ``max_upload_bytes`` setting, on the file's bytes), not
+the JSON body limit. An upload streams to the blob store as it arrives (``api.upload``), never
+whole in memory: 413 as soon as the file passes the limit, and an upload that fails or is
+interrupted leaves neither bytes nor a record.
 
 Every file is its uploader's tenant's (``api.tenancy.principal_of``): another tenant's file id
 answers the 404 of an unknown one.
@@ -9,27 +11,27 @@ answers the 404 of an unknown one.
 
 from __future__ import annotations
 
+import logging
 import mimetypes
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 from fastapi import APIRouter, Request
-from starlette.datastructures import FormData, UploadFile
-from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 from starlette.responses import Response
-from starlette.types import Message
 
 from app.api.replies import json_reply, list_reply
 from app.api.tenancy import principal_of
-from app.errors import InvalidRequestError, RequestTooLargeError
-from app.files.files import FilesService
+from app.api.upload import UploadForm
+from app.errors import InvalidRequestError
+from app.files.files import FilesService, check_purpose
 
 router = APIRouter()
+logger = logging.getLogger(__name__)
 
 MAX_LIST_LIMIT = 10_000
-# Form fields other than the file itself (``purpose``, ``expires_after[...]``) are small.
-_MAX_FIELD_BYTES = 64 * 1024
 
 
 def _service(request: Request) -> FilesService:
@@ -39,24 +41,31 @@ def _service(request: Request) -> FilesService:
 
 @router.post("/v1/files")
 async def create_file(request: Request) -> Response:
-    form = await _read_form(request, request.app.state.gateway.settings.max_upload_bytes)
+    service = _service(request)
+    limit = request.app.state.gateway.settings.max_upload_bytes
+    form = UploadForm(request, limit, checks={"purpose": check_purpose})
     try:
-        upload = form.get("file")
-        if not isinstance(upload, UploadFile):
+        received = await service.receive(form.file_chunks())
+    except ClientDisconnect:
+        logger.info("upload interrupted by the client; nothing was stored")
+        raise InvalidRequestError("The upload was interrupted before it completed.") from None
+    try:
+        if form.filename is None:
             raise _missing("file")
-        purpose = form.get("purpose")
-        if not isinstance(purpose, str):
+        purpose = form.fields.get("purpose")
+        if purpose is None:
             raise _missing("purpose")
-        data = await upload.read()
-        created = await _service(request).create(
-            tenant=principal_of(request).tenant,
-            filename=upload.filename or "upload",
-            data=data,
-            purpose=purpose,
-            expires_after=_expires_after(form),
-        )
-    finally:
-        await form.close()
+        expires_after = _expires_after(form.fields)
+    except BaseException:
+        await service.discard(received)
+        raise
+    created = await service.create_received(
+        received,
+        tenant=principal_of(request).tenant,
+        filename=form.filename or "upload",
+        purpose=purpose,
+        expires_after=expires_after,
+    )
     return json_reply(created)
 
 
@@ -106,36 +115,7 @@ async def file_content(request: Request, file_id: str) -> Response:
     return Response(data, media_type=media_type, headers={"content-disposition": disposition})
 
 
-async def _read_form(request: Request, limit: int) -> FormData:
-    """The multipart form, the body counted as it arrives (413 past ``limit``)."""
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > limit:
-        raise _too_large(limit)
-    content_type = request.headers.get("content-type", "")
-    if not content_type.startswith("multipart/form-data"):
-        raise InvalidRequestError(
-            "The request must be multipart/form-data with a 'file' and a 'purpose'.",
-            code="invalid_content_type",
-        )
-    received = 0
-
-    async def receive() -> Message:
-        nonlocal received
-        message = await request.receive()
-        if message["type"] == "http.request":
-            received += len(message.get("body", b""))
-            if received > limit:
-                raise _too_large(limit)
-        return message
-
-    counted = Request(request.scope, receive)
-    try:
-        return await counted.form(max_files=1, max_fields=32, max_part_size=_MAX_FIELD_BYTES)
-    except HTTPException as exc:  # malformed multipart
-        raise InvalidRequestError(f"Invalid multipart body: {exc.detail}") from None
-
-
-def _expires_after(form: FormData) -> Any:
+def _expires_after(form: Mapping[str, str]) -> Any:
     """``expires_after`` as the SDKs send it (``expires_after[anchor]``, ``…[seconds]``) or as
     one JSON field."""
     raw = form.get("expires_after")
@@ -151,7 +131,7 @@ def _expires_after(form: FormData) -> Any:
     nested = {
         key[len("expires_after[") : -1]: value
         for key, value in form.items()
-        if key.startswith("expires_after[") and key.endswith("]") and isinstance(value, str)
+        if key.startswith("expires_after[") and key.endswith("]")
     }
     return nested or None
 
@@ -160,7 +140,3 @@ def _missing(param: str) -> InvalidRequestError:
     return InvalidRequestError(
         f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
     )
-
-
-def _too_large(limit: int) -> RequestTooLargeError:
-    return RequestTooLargeError(f"The file exceeds the upload limit of {limit} bytes.")

@@ -68,7 +68,7 @@ async def compact_response(request: Request) -> Response:
     parsed = validate(CompactRequest, body)
     tenant = principal_of(request).tenant
     return json_reply(
-        await state.service.compact(parsed, body, client_headers(request), tenant=tenant)
+        await state.service.compactor.compact(parsed, body, client_headers(request), tenant=tenant)
     )
 
 

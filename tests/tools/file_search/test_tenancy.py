@@ -153,7 +153,7 @@ async def test_a_call_on_another_tenants_store_fails_as_on_an_unknown_one(stores
 async def test_a_request_without_authentication_cannot_name_a_tenants_store(
     stores: Stores,
 ) -> None:
-    # authentication off: ResponsesService runs the request as the default tenant
+    # authentication off: the request runs as the default tenant
     alice_store, _ = await stores.own("alice", HERONS)
     default_store, _ = await stores.own(DEFAULT_TENANT, EGRETS)
     upstream = ScriptedUpstream([[message("never")]])
@@ -162,7 +162,7 @@ async def test_a_request_without_authentication_cannot_name_a_tenants_store(
     body = {"model": "m", "input": "Which birds wade?", **request(default_store, alice_store)}
 
     with pytest.raises(MissingObjectError) as caught:
-        await service.create(ParsedRequest.from_body(body), {})
+        await service.create(ParsedRequest.from_body(body, DEFAULT_TENANT), {})
 
     assert caught.value.to_error() == {
         "message": f"No vector store found with id '{alice_store}'.",
