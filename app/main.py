@@ -42,6 +42,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndex
 from app.files.vector_stores import VectorStoresService
+from app.options.secrets import secret_environ
 from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
 from app.protocol.json_types import JsonObject
@@ -90,7 +91,7 @@ async def wait_for_upstream(upstream: Upstream, seconds: float, url: str) -> Non
 def create_configured_upstream(config: UpstreamConfig) -> Upstream:
     """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
     http: HttpOptions = {
-        "api_key": config.resolved_api_key(os.environ),
+        "api_key": config.resolved_api_key(secret_environ()),
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
         "max_connections": config.max_connections,
@@ -280,7 +281,8 @@ async def build_file_search(
     stack.push_async_callback(engine.dispose)
     if embedder is None:
         default = settings.resolved_upstreams()[0]
-        embedder = build_embedder(settings, default.url, default.resolved_api_key(os.environ))
+        api_key = default.resolved_api_key(secret_environ())
+        embedder = build_embedder(settings, default.url, api_key)
         stack.push_async_callback(embedder.aclose)  # an embedder passed in is the caller's
     file_store = SqlFileStore(engine)
     stack.push_async_callback(file_store.aclose)

@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from app.core.loop import clamp_rounds
+from app.options.secrets import SecretFilesEnvSource
 from app.tool_settings import (
     McpSettings,
     ToolEngineConfig,
@@ -362,7 +363,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # The environment, with RESPGATE_<NAME>_FILE for every setting (app.options.secrets).
+        environment = SecretFilesEnvSource(settings_cls)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, environment]
         toml_file = _CONFIG_FILE.get("path")
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Insert,
     Integer,
@@ -62,9 +63,11 @@ class Queries:
     in_conversation: Select[Any]
     """``:conversation_id``, ``:ids`` (JSON array) -> one of them in it, if any."""
     reserve_one: Update
-    """``:conversation_id``, ``:count`` -> ``next_position`` after adding ``count``."""
+    """``:conversation_id``, ``:count``, ``:now`` -> ``next_position`` after adding ``count``
+    (``last_active_at`` set to ``now``)."""
     reserve_many: Update
-    """``:counts`` (JSON object {id: count}) -> (id, next_position) of each one bumped."""
+    """``:counts`` (JSON object {id: count}), ``:now`` -> (id, next_position) of each one
+    bumped (``last_active_at`` set to ``now``)."""
     lock_many: Select[Any] | None
     """PostgreSQL: row-lock the conversations of ``:counts`` in id order (no deadlock)."""
     get_response: Select[Any]
@@ -108,11 +111,17 @@ def build_queries(dialect: str) -> Queries:
         .limit(1),
         reserve_one=update(conversations)
         .where(conversations.c.id == conversation_id)
-        .values(next_position=conversations.c.next_position + bindparam("count", type_=Integer))
+        .values(
+            next_position=conversations.c.next_position + bindparam("count", type_=Integer),
+            last_active_at=bindparam("now", type_=BigInteger),
+        )
         .returning(conversations.c.next_position),
         reserve_many=update(conversations)
         .where(in_counts)
-        .values(next_position=conversations.c.next_position + count.scalar_subquery())
+        .values(
+            next_position=conversations.c.next_position + count.scalar_subquery(),
+            last_active_at=bindparam("now", type_=BigInteger),
+        )
         .returning(conversations.c.id, conversations.c.next_position),
         lock_many=None
         if dialect == "sqlite"

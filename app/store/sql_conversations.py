@@ -47,6 +47,7 @@ class SqlConversations:
                     created_at=conversation.created_at,
                     metadata=conversation.metadata,
                     next_position=len(item_ids),
+                    last_active_at=conversation.created_at,
                 )
             )
             await self._db.store_items(conn, items)
@@ -69,7 +70,7 @@ class SqlConversations:
             created_at = await conn.scalar(
                 update(conversations)
                 .where(conversations.c.id == conversation_id)
-                .values(metadata=dict(metadata))
+                .values(metadata=dict(metadata), last_active_at=int(time.time()))
                 .returning(conversations.c.created_at)
             )
         if created_at is None:

@@ -176,7 +176,8 @@ class SqlDatabase:
     ) -> int | None:
         """Lock the conversation and reserve ``count`` positions; the first one, or None."""
         next_position = await conn.scalar(
-            self.queries.reserve_one, {"conversation_id": conversation_id, "count": count}
+            self.queries.reserve_one,
+            {"conversation_id": conversation_id, "count": count, "now": int(time.time())},
         )
         return None if next_position is None else int(next_position) - count
 
@@ -187,11 +188,11 @@ class SqlDatabase:
             [(conversation_id, count)] = counts.items()
             start = await self.reserve_positions(conn, conversation_id, count)
             return {} if start is None else {conversation_id: start}
-        param = {"counts": json_dumps(dict(sorted(counts.items())))}
+        param: dict[str, Any] = {"counts": json_dumps(dict(sorted(counts.items())))}
         if self.queries.lock_many is not None:
             # Row locks in id order, so that concurrent batches never deadlock.
             await conn.execute(self.queries.lock_many, param)
-        rows = await conn.execute(self.queries.reserve_many, param)
+        rows = await conn.execute(self.queries.reserve_many, {**param, "now": int(time.time())})
         return {row[0]: int(row[1]) - counts[row[0]] for row in rows}
 
     async def append(
