@@ -52,6 +52,7 @@ from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStore
 from app.store.migrate import prepare_database
+from app.store.retention import start_purging
 from app.store.signals import open_job_signals
 from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
@@ -381,6 +382,7 @@ def create_app(
             )
             service.compactor = Compactor(active, active_store, compaction_codec(settings))
             background = await start_background(settings, service, active_store, stack)
+            start_purging(active_store, settings.retention.policy(), stack)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,

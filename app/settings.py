@@ -23,6 +23,7 @@ from pydantic_settings import (
 )
 
 from app.core.loop import clamp_rounds
+from app.options.retention import RetentionSettings
 from app.options.secrets import SecretFilesEnvSource
 from app.tool_settings import (
     McpSettings,
@@ -178,6 +179,8 @@ class Settings(BaseSettings):
     hosted_tools: HostedToolPolicy = "drop"
 
     mcp: McpSettings = Field(default_factory=McpSettings)
+    # [retention]: responses and conversations expire (app/options/retention.py); off by default.
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".

@@ -36,12 +36,13 @@ class RetentionCutoffs:
 
 @dataclass(frozen=True, slots=True)
 class RetentionPolicy:
-    """The ages (seconds) after which responses and conversations go, and how often a gateway
-    process purges."""
+    """The ages (seconds) after which responses and conversations go, how often a gateway
+    process purges, and how many rows a purge transaction removes."""
 
     responses_seconds: float | None = None
     conversations_seconds: float | None = None
     interval_seconds: float = 3600.0
+    batch_size: int = 500
 
     def cutoffs(self, now: float) -> RetentionCutoffs:
         return RetentionCutoffs(
@@ -73,12 +74,25 @@ class PurgeReport:
     def total(self) -> int:
         return sum(self.counts().values())
 
-    def summary(self) -> str:
-        """``12 responses, 40 items, ...`` (what was removed), or ``nothing``."""
+    def summary(self, *, every_kind: bool = False) -> str:
+        """``12 responses, 1 conversation, 40 items, ...``: the kinds removed (``every_kind``:
+        all of them, 0 included), or ``nothing``."""
         parts = [
-            f"{count} {name.replace('_', ' ')}" for name, count in self.counts().items() if count
+            f"{count} {_NOUNS[name] if count == 1 else name.replace('_', ' ')}"
+            for name, count in self.counts().items()
+            if count or every_kind
         ]
         return ", ".join(parts) if parts else "nothing"
+
+
+_NOUNS = {
+    "responses": "response",
+    "conversations": "conversation",
+    "items": "item",
+    "background_jobs": "background job",
+    "background_events": "background event",
+    "tool_sessions": "tool session",
+}
 
 
 class Purger(Protocol):
@@ -103,7 +117,6 @@ class PeriodicPurge:
         self._policy = policy
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
-        self.runs = 0  # purges finished (by this process)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._forever(), name="retention purge")
@@ -117,7 +130,6 @@ class PeriodicPurge:
     async def run_once(self) -> PurgeReport | None:
         cutoffs = self._policy.cutoffs(self._clock())
         report = await self._purger.purge(cutoffs)
-        self.runs += 1
         if report is None:
             logger.debug("retention: another process is purging; next try in %gs", self._interval)
         elif report.total:

@@ -38,12 +38,15 @@ class RetentionSettings(BaseModel):
     def enabled(self) -> bool:
         return self.responses_days is not None or self.conversations_days is not None
 
-    def policy(self) -> RetentionPolicy:
-        """The ages in seconds, for ``core.retention``."""
+    def policy(self) -> RetentionPolicy | None:
+        """The policy of ``core.retention`` (ages in seconds); None when nothing expires."""
+        if not self.enabled:
+            return None
         return RetentionPolicy(
             responses_seconds=_seconds(self.responses_days),
             conversations_seconds=_seconds(self.conversations_days),
             interval_seconds=self.purge_interval_minutes * 60,
+            batch_size=self.purge_batch_size,
         )
 
 

@@ -36,13 +36,16 @@ would remove now.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from sqlalchemy import select
 
 from app.core.jobs import ACTIVE_STATUSES
-from app.core.retention import PurgeReport, RetentionCutoffs
+from app.core.ports import ResponseStore
+from app.core.retention import PeriodicPurge, PurgeReport, RetentionCutoffs, RetentionPolicy
 from app.store.retention_run import Protected, PurgeLockedError, PurgeRun, PurgeSql
+from app.store.sql import SqlResponseStore
 from app.store.sql_database import SqlDatabase
 from app.store.tables import background_jobs
 
@@ -91,3 +94,16 @@ def _conversation_id(value: Any) -> str | None:
     if isinstance(value, dict):
         value = value.get("id")
     return value if isinstance(value, str) else None
+
+
+def start_purging(
+    store: ResponseStore, policy: RetentionPolicy | None, stack: contextlib.AsyncExitStack
+) -> PeriodicPurge | None:
+    """The gateway's periodic purge of ``store`` (the SQL store; None for another one, or when
+    ``policy`` is None), started, and stopped by ``stack``."""
+    if policy is None or not isinstance(store, SqlResponseStore):
+        return None
+    periodic = PeriodicPurge(SqlRetention(store.db, batch_size=policy.batch_size), policy)
+    periodic.start()
+    stack.push_async_callback(periodic.aclose)
+    return periodic
