@@ -94,9 +94,9 @@ class SecretFilesEnvSource(EnvSettingsSource):
         delimiter = self.env_nested_delimiter or "\0"
         for name in [n for n in loaded if n.startswith(prefix) and n.endswith(suffix)]:
             key = name[len(prefix) : -len(suffix)]
-            if not key or _names_setting(self.settings_cls, name[len(prefix) :], delimiter):
+            if not key or names_setting(self.settings_cls, name[len(prefix) :], delimiter):
                 continue  # a setting whose own name ends in _file
-            if not _names_setting(self.settings_cls, key, delimiter):
+            if not names_setting(self.settings_cls, key, delimiter):
                 continue
             if prefix + key in loaded:
                 raise _both_set(_shown(prefix + key))
@@ -111,7 +111,7 @@ def _shown(name: str) -> str:
     return name.upper()
 
 
-def _names_setting(model: type[BaseSettings] | type[BaseModel], key: str, delimiter: str) -> bool:
+def names_setting(model: type[BaseSettings] | type[BaseModel], key: str, delimiter: str) -> bool:
     """Whether ``key`` (lower case, nested keys joined by ``delimiter``) names a setting of
     ``model``: a field, a field of a field's model, or an entry of a table."""
     annotation: Any = model
