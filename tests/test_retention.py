@@ -22,7 +22,8 @@ from sqlalchemy.pool import NullPool
 
 from app.cli import main
 from app.main import create_app
-from app.settings import Settings
+from app.options.retention import RetentionSettings
+from app.settings import Settings, load_settings
 from app.store.migrate import upgrade_to_head
 from app.store.tables import background_events, background_jobs, responses
 from tests.fakes import ScriptedUpstream, message
@@ -214,3 +215,12 @@ def test_older_than_must_be_an_age(value: str, capsys: pytest.CaptureFixture[str
         main(["purge", f"--older-than={value}"])
     assert exited.value.code == 2
     assert "is not an age" in capsys.readouterr().err
+
+
+def test_the_example_configuration_documents_every_retention_key() -> None:
+    example = Path(__file__).resolve().parents[1] / "config" / "respgate.example.toml"
+    text = example.read_text()
+    section = text[text.index("\n[retention]") :]
+    for name in RetentionSettings.model_fields:
+        assert f"{name} = " in section, f"retention.{name} is not documented"
+    assert load_settings(example).retention == RetentionSettings()
