@@ -42,9 +42,8 @@ from app.store.tables import (
 # The advisory lock of a purge batch (PostgreSQL): "respgate" + 1 (migrations take "respgate").
 PG_PURGE_LOCK = 0x7265_7370_6761_7466
 # Keyset cursors (age, id) start below every row.
-_START: tuple[int, str] = (-(2**62), "")
-
 Cursor = tuple[int, str]
+_START: Cursor = (-(2**62), "")
 
 
 class PurgeLockedError(Exception):
@@ -127,23 +126,20 @@ class PurgeRun:
         self.batches = 0
 
     async def all_steps(self) -> None:
-        responses_before = self.cutoffs.responses_before
-        conversations_before = self.cutoffs.conversations_before
-        if responses_before is not None:
-            await self._batches(lambda conn, cursor: self._responses(conn, cursor))
-        if conversations_before is not None:
-            await self._batches(lambda conn, cursor: self._conversations(conn, cursor))
-        if responses_before is not None:
-            await self._batches(lambda conn, cursor: self._finished_jobs(conn, cursor))
-            await self._batches(lambda conn, cursor: self._stale_sessions(conn, cursor))
+        if self.cutoffs.responses_before is not None:
+            await self._batches(self._responses)
+        if self.cutoffs.conversations_before is not None:
+            await self._batches(self._conversations)
+        if self.cutoffs.responses_before is not None:
+            await self._batches(self._finished_jobs)
+            await self._batches(self._stale_sessions)
 
     async def _batches(
-        self,
-        step: Callable[[AsyncConnection, tuple[int, str]], Awaitable[tuple[int, str] | None]],
+        self, step: Callable[[AsyncConnection, Cursor], Awaitable[Cursor | None]]
     ) -> None:
         """Run ``step`` a transaction at a time, from the first row on, until it returns no
         cursor (fewer rows than a batch were left)."""
-        cursor: tuple[int, str] | None = _START
+        cursor: Cursor | None = _START
         while cursor is not None:
             async with self.sql.transaction(self.dry_run) as conn:
                 cursor = await step(conn, cursor)
@@ -166,7 +162,7 @@ class PurgeRun:
         result = await conn.execute(delete(table).where(where), values)
         return int(result.rowcount or 0)
 
-    def _next(self, rows: Sequence[Any]) -> tuple[int, str] | None:
+    def _next(self, rows: Sequence[Any]) -> Cursor | None:
         """The cursor after ``rows`` (age, id), or None when they were the last ones."""
         if len(rows) < self.size:
             return None
@@ -175,7 +171,7 @@ class PurgeRun:
 
     # ---------------------------------------------------------------- step 1: responses
 
-    async def _responses(self, conn: AsyncConnection, cursor: tuple[int, str]) -> Any:
+    async def _responses(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
         sql = self.sql
         created = responses.c.created_at
         rows = (
@@ -209,7 +205,7 @@ class PurgeRun:
 
     # ---------------------------------------------------------------- step 2: conversations
 
-    async def _conversations(self, conn: AsyncConnection, cursor: tuple[int, str]) -> Any:
+    async def _conversations(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
         sql, before = self.sql, self.cutoffs.conversations_before
         last_active = conversations.c.last_active_at
         active: ColumnElement[Any] = last_active
@@ -265,7 +261,7 @@ class PurgeRun:
 
     # ---------------------------------------------------------------- steps 3 and 4
 
-    async def _finished_jobs(self, conn: AsyncConnection, cursor: tuple[int, str]) -> Any:
+    async def _finished_jobs(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
         finished = background_jobs.c.finished_at
         rows = (
             await conn.execute(
@@ -288,7 +284,7 @@ class PurgeRun:
         self.report.background_jobs += await self._remove(conn, background_jobs.c.response_id, ids)
         return self._next(rows)
 
-    async def _stale_sessions(self, conn: AsyncConnection, cursor: tuple[int, str]) -> Any:
+    async def _stale_sessions(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
         sql, updated = self.sql, tool_sessions.c.updated_at
         rows = (
             await conn.execute(
