@@ -29,6 +29,11 @@ when that happens before anything was purged); on SQLite the write transaction (
 IMMEDIATE``) serializes them. Rows are chosen by id and age only, so columns added to these
 tables do not change the statements.
 
+What is not guarded: a request that read an expiring response (its ``previous_response_id``)
+before the purge and saves after it lists that response's items, which the purge may have
+removed meanwhile; its continuations then miss them. Only continuations of responses at the
+edge of their retention, started just before a purge, are exposed.
+
 ``dry_run``: the same batches in read-only transactions; what earlier batches would remove
 (``_Gone``) is left out of the references later batches see, so the report is what a purge
 would remove now.
