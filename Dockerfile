@@ -12,12 +12,26 @@
 #       The model loads from site-packages; the image never contacts a model hub
 #       (HF_HUB_OFFLINE=1), neither at build time nor at run time. docker-compose.yml uses it.
 #
-#   docker run --rm -p 127.0.0.1:9000:9000 -e RESPGATE_UPSTREAM_URL=http://host.docker.internal:8000 respgate
+#   docker run --rm -p 127.0.0.1:9000:9000 \
+#       --read-only --tmpfs /tmp --cap-drop ALL --security-opt no-new-privileges \
+#       -v respgate-data:/data -v "$PWD/secrets:/run/secrets:ro" \
+#       -e RESPGATE_AUTH__KEYS_FILE=/run/secrets/respgate_auth_keys \
+#       -e RESPGATE_UPSTREAM_URL=http://host.docker.internal:8000 respgate
 #   (Ollama or another chat-completions-only server: add -e RESPGATE_UPSTREAM_KIND=chat; on
 #   Linux also --add-host=host.docker.internal:host-gateway)
 #
-# -p 127.0.0.1:9000:9000 publishes the gateway on this machine only: it has no client
-# authentication yet (issue 17), so publishing it further (-p 9000:9000) is the operator's choice.
+# The gateway listens on 0.0.0.0 inside the container (RESPGATE_HOST below), so client
+# authentication is on: give it its API keys (RESPGATE_AUTH__KEYS_FILE: deploy/make-secrets.sh
+# writes one). -p 127.0.0.1:9000:9000 publishes it on this machine only; publishing it further
+# (-p 9000:9000) is the operator's choice.
+#
+# Read-only root filesystem: the gateway writes its data directory (/data, a volume: the SQLite
+# database, compaction.key, uploaded files) and temporary files (/tmp: give it a tmpfs); nothing
+# else (tests/test_container_readonly.py runs it so). Secrets never go into the image: no ARG or
+# ENV holds one, .dockerignore lets only pyproject.toml, README.md, app/ and migrations/ into
+# the build; at run time they come from the environment or from files
+# (RESPGATE_<SETTING>_FILE=/run/secrets/<name>, and <VARIABLE>_FILE for the variables a
+# configuration names).
 #
 # Build arguments: EXTRAS (comma-separated extras of pyproject.toml, default none),
 # TORCH_INDEX_URL (where torch comes from when an extra needs it, default PyTorch's CPU-only
@@ -87,13 +101,15 @@ LABEL org.opencontainers.image.title="respgate" \
       io.respgate.extras="${EXTRAS}"
 
 # HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE: the local embedding model (embeddings variant) loads from
-# site-packages and nothing may reach for a hub at run time.
+# site-packages and nothing may reach for a hub at run time. RESPGATE_HOST: every interface of
+# the container (the gateway's own default is loopback only), which turns authentication on.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
-    RESPGATE_DATA_DIR=/data
+    RESPGATE_DATA_DIR=/data \
+    RESPGATE_HOST=0.0.0.0
 
 RUN groupadd --system --gid 10001 respgate \
     && useradd --system --uid 10001 --gid respgate --no-log-init \

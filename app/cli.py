@@ -1,4 +1,4 @@
-"""The ``respgate`` command: ``serve``, ``demo``, ``migrate``, ``record``, ``replay``.
+"""The ``respgate`` command: ``serve``, ``demo``, ``migrate``, ``purge``, ``record``, ``replay``.
 
 Every start-up failure is one ``respgate: ...`` line on stderr and a non-zero exit status
 (:class:`app.startup.StartupError`), never a traceback.
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import get_args
 
 from app import __version__
+from app.purge import add_purge_command
 from app.recording.cassette import QUICKSTART_CASSETTE
 from app.settings import LOG_LEVELS, Settings, UpstreamKind
 from app.startup import (
@@ -241,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_demo(sub)
     _add_migrate(sub)
+    add_purge_command(sub)
     _add_record(sub)
     _add_replay(sub)
     return parser

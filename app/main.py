@@ -43,6 +43,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndexes
 from app.files.vector_stores import VectorStoresService
+from app.options.secrets import secret_environ
 from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
 from app.protocol.json_types import JsonObject
@@ -52,6 +53,7 @@ from app.store.blobs import DiskBlobStore
 from app.store.engine import create_engine_for
 from app.store.files_sql import SqlFileStores
 from app.store.migrate import prepare_database
+from app.store.retention import start_purging
 from app.store.signals import open_job_signals
 from app.store.sql import SqlResponseStore
 from app.store.vector_index.choice import open_vector_index
@@ -94,7 +96,7 @@ def create_configured_upstream(
 ) -> Upstream:
     """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
     http: HttpOptions = {
-        "api_key": config.resolved_api_key(os.environ),
+        "api_key": config.resolved_api_key(secret_environ()),
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
         "max_connections": config.max_connections,
@@ -283,7 +285,8 @@ async def build_file_search(
     stack.push_async_callback(engine.dispose)
     if embedder is None:
         default = settings.resolved_upstreams()[0]
-        embedder = build_embedder(settings, default.url, default.resolved_api_key(os.environ))
+        api_key = default.resolved_api_key(secret_environ())
+        embedder = build_embedder(settings, default.url, api_key)
         stack.push_async_callback(embedder.aclose)  # an embedder passed in is the caller's
     file_store = SqlFileStores(engine)
     stack.push_async_callback(file_store.aclose)
@@ -386,6 +389,7 @@ def create_app(
             )
             service.compactor = Compactor(active, active_store, compaction_codec(settings))
             background = await start_background(settings, service, active_store, stack)
+            start_purging(active_store, settings.retention.policy(), stack)
             app.state.gateway = GatewayState(
                 settings=settings,
                 upstream=active,

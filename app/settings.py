@@ -26,6 +26,8 @@ from app.core.limits import clamp_rounds
 from app.options.egress import EgressSettings
 from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
+from app.options.retention import RetentionSettings
+from app.options.secrets import SecretFilesEnvSource
 from app.tool_settings import (
     McpSettings,
     ToolEngineConfig,
@@ -184,6 +186,8 @@ class Settings(BaseSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     # Where the gateway may connect on a client's behalf (app/options/egress.py).
     egress: EgressSettings = Field(default_factory=EgressSettings)
+    # [retention]: responses and conversations expire (app/options/retention.py); off by default.
+    retention: RetentionSettings = Field(default_factory=RetentionSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".
@@ -371,7 +375,9 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        # The environment, with RESPGATE_<NAME>_FILE for every setting (app.options.secrets).
+        environment = SecretFilesEnvSource(settings_cls)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, environment]
         toml_file = _CONFIG_FILE.get("path")
         if toml_file is not None:
             sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))

@@ -8,7 +8,6 @@ readiness (``--wait-for-upstream``) and the cassette a replay serves.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import socket
 import tomllib
@@ -18,6 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.main import build_upstream
+from app.options.secrets import SecretFileError, secret_environ
 from app.recording.cassette import Cassette, CassetteError, load_cassette
 from app.settings import Settings, load_settings
 from app.tool_engines import build_tool_engines
@@ -37,6 +37,8 @@ def load_config(config_file: Path | None, **overrides: Any) -> Settings:
     """:func:`load_settings`, with every way it can fail turned into a StartupError."""
     try:
         return load_settings(config_file, **overrides)
+    except SecretFileError as exc:
+        raise StartupError(str(exc)) from None
     except FileNotFoundError:
         raise StartupError(f"config file not found: {config_file}") from None
     except tomllib.TOMLDecodeError as exc:
@@ -70,12 +72,14 @@ def validation_summary(exc: ValidationError) -> str:
 
 def check_environment(settings: Settings) -> None:
     """Every environment variable the configuration names (``api_key_env`` of
-    ``[[upstreams]]``, ``headers_from_env`` of MCP servers) is set."""
+    ``[[upstreams]]``, ``headers_from_env`` of MCP servers) is set, or its ``_FILE``
+    variable names a file that can be read."""
+    environ = secret_environ()
     try:
         for upstream in settings.resolved_upstreams():
-            upstream.resolved_api_key(os.environ)
+            upstream.resolved_api_key(environ)
         for server in settings.mcp.servers:
-            server.to_spec(os.environ)
+            server.to_spec(environ)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
 

@@ -10,7 +10,6 @@ namespace's engine and ``core.tool_sessions.ToolSessions`` keeps the sessions in
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 from app.core.engines import Namespace, ToolEngine, ToolSessionStore, ToolSet
 from app.core.ports import Upstream
 from app.core.tool_sessions import ToolSessions
+from app.options.secrets import secret_environ
 from app.settings import Settings
 from app.tool_settings import ToolSetConfig
 from app.tools.engines.lm import create_lm_engine
@@ -53,7 +53,7 @@ def build_tool_engines(
 ) -> ToolEngines:
     """The engines, namespaces and session runner of ``settings`` (``store`` keeps the
     sessions; ``None``: in memory). Raises ValueError naming what is misconfigured."""
-    env = os.environ if environ is None else environ
+    env = secret_environ() if environ is None else environ
     base_dir = Path.cwd() if base_dir is None else base_dir
     mcp = settings.mcp
     egress = settings.egress.policy()

@@ -56,7 +56,7 @@ from tests.postgres import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = set(tables.metadata.tables)
-HEAD = "0007"
+HEAD = "0009"
 SUBPROCESS_TIMEOUT = 60
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Insert,
     Integer,
@@ -69,11 +70,11 @@ class Queries:
     in_conversation: Select[Any]
     """``:tenant``, ``:conversation_id``, ``:ids`` (JSON array) -> one of them in it, if any."""
     reserve_one: Update
-    """``:for_tenant``, ``:conversation_id``, ``:count`` -> ``next_position`` after adding
-    ``count``."""
+    """``:for_tenant``, ``:conversation_id``, ``:count``, ``:now`` -> ``next_position`` after
+    adding ``count`` (``last_active_at`` set to ``now``)."""
     reserve_many: Update
-    """``:for_tenant``, ``:counts`` (JSON object {id: count}) -> (id, next_position) of each one
-    bumped."""
+    """``:for_tenant``, ``:counts`` (JSON object {id: count}), ``:now`` -> (id, next_position) of
+    each one bumped (``last_active_at`` set to ``now``)."""
     lock_many: Select[Any] | None
     """PostgreSQL: row-lock the conversations of ``:for_tenant``, ``:counts`` in id order (no
     deadlock)."""
@@ -130,11 +131,17 @@ def build_queries(dialect: str) -> Queries:
         .limit(1),
         reserve_one=update(conversations)
         .where(conversations.c.id == conversation_id, conversations.c.tenant == for_tenant)
-        .values(next_position=conversations.c.next_position + bindparam("count", type_=Integer))
+        .values(
+            next_position=conversations.c.next_position + bindparam("count", type_=Integer),
+            last_active_at=bindparam("now", type_=BigInteger),
+        )
         .returning(conversations.c.next_position),
         reserve_many=update(conversations)
         .where(in_counts)
-        .values(next_position=conversations.c.next_position + count.scalar_subquery())
+        .values(
+            next_position=conversations.c.next_position + count.scalar_subquery(),
+            last_active_at=bindparam("now", type_=BigInteger),
+        )
         .returning(conversations.c.id, conversations.c.next_position),
         lock_many=None
         if dialect == "sqlite"

@@ -50,6 +50,7 @@ class SqlConversations:
                     metadata=conversation.metadata,
                     next_position=len(item_ids),
                     tenant=tenant,
+                    last_active_at=conversation.created_at,
                 )
             )
             await self._db.store_items(conn, [(tenant, item) for item in items])
@@ -76,7 +77,7 @@ class SqlConversations:
             created_at = await conn.scalar(
                 update(conversations)
                 .where(conversations.c.id == conversation_id, conversations.c.tenant == tenant)
-                .values(metadata=dict(metadata))
+                .values(metadata=dict(metadata), last_active_at=int(time.time()))
                 .returning(conversations.c.created_at)
             )
         if created_at is None:

@@ -182,7 +182,12 @@ class SqlDatabase:
     ) -> int | None:
         """Lock ``tenant``'s conversation and reserve ``count`` positions; the first one, or
         None (no such conversation of the tenant)."""
-        values = {"conversation_id": conversation_id, "count": count, "for_tenant": tenant}
+        values = {
+            "conversation_id": conversation_id,
+            "count": count,
+            "for_tenant": tenant,
+            "now": int(time.time()),
+        }
         next_position = await conn.scalar(self.queries.reserve_one, values)
         return None if next_position is None else int(next_position) - count
 
@@ -195,11 +200,14 @@ class SqlDatabase:
             [(conversation_id, count)] = counts.items()
             start = await self.reserve_positions(conn, tenant, conversation_id, count)
             return {} if start is None else {conversation_id: start}
-        param = {"counts": json_dumps(dict(sorted(counts.items()))), "for_tenant": tenant}
+        param: dict[str, Any] = {
+            "counts": json_dumps(dict(sorted(counts.items()))),
+            "for_tenant": tenant,
+        }
         if self.queries.lock_many is not None:
             # Row locks in id order, so that concurrent batches never deadlock.
             await conn.execute(self.queries.lock_many, param)
-        rows = await conn.execute(self.queries.reserve_many, param)
+        rows = await conn.execute(self.queries.reserve_many, {**param, "now": int(time.time())})
         return {row[0]: int(row[1]) - counts[row[0]] for row in rows}
 
     async def append(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -30,8 +31,8 @@ INSERT_RESPONSE = (
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 RESERVE_POSITIONS = (
-    "UPDATE conversations SET next_position = next_position + ? WHERE id = ? AND tenant = ? "
-    "RETURNING next_position"
+    "UPDATE conversations SET next_position = next_position + ?, last_active_at = ? "
+    "WHERE id = ? AND tenant = ? RETURNING next_position"
 )
 INSERT_CONVERSATION_ITEM = (
     "INSERT INTO conversation_items (conversation_id, position, item_id, tenant) "
@@ -109,9 +110,10 @@ def write_saves(
     if items:
         connection.executemany(INSERT_ITEM, items)
     connection.executemany(INSERT_RESPONSE, responses)
+    now = int(time.time())
     for tenant, conversation_id in sorted(appends):
         item_ids = appends[tenant, conversation_id]
-        reserve = (len(item_ids), conversation_id, tenant)
+        reserve = (len(item_ids), now, conversation_id, tenant)
         row = connection.execute(RESERVE_POSITIONS, reserve).fetchone()
         if row is None:
             raise ConversationNotFoundError(conversation_id)

@@ -98,6 +98,10 @@ conversations = Table(
     # Next free position: appends take positions by bumping it in the same transaction.
     Column("next_position", Integer, nullable=False, default=0),
     Column("tenant", TENANT, nullable=False),
+    # The last write to it (created, items appended, a response in it, metadata updated):
+    # retention's "last activity" (``app.store.retention``). NULL in rows from before
+    # migration 0009 that it did not fill: read as ``created_at``.
+    Column("last_active_at", BigInteger, nullable=True),
 )
 
 conversation_items = Table(
@@ -117,6 +121,12 @@ conversation_items = Table(
 
 Index(None, conversation_items.c.conversation_id, conversation_items.c.item_id)
 Index(None, responses.c.conversation_id)
+# Retention (``app.store.retention``, migration 0009): expired rows by age, the references to
+# an item from conversations, a chain's remaining responses.
+Index(None, responses.c.created_at)
+Index(None, responses.c.root_id)
+Index(None, conversations.c.last_active_at)
+Index(None, conversation_items.c.item_id)
 
 # One tool engine session's state (``app.core.engines.ToolSessionStore``), by tenant and
 # session id: a conversation's id or a chain's root response id. Not a foreign key (a chain's
@@ -131,6 +141,8 @@ tool_sessions = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
 )
+
+Index(None, tool_sessions.c.updated_at)
 
 # Background responses (``app.core.jobs``): one job record per ``background: true`` response,
 # with the lease of the process that runs it (``lease_until`` in milliseconds since the epoch),

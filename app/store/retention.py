@@ -1,0 +1,114 @@
+"""``SqlRetention``: the purge of expired responses and conversations (``core.retention.Purger``)
+on the SQL store's database, SQLite or PostgreSQL.
+
+A purge runs four steps, each in batches of ``batch_size`` rows, one transaction a batch:
+
+1. responses created before the cut-off, oldest first, except those an active background job
+   continues (its ``previous_response_id``), with their background jobs and event logs;
+2. conversations last active before theirs (``last_active_at``; NULL, from before migration
+   0009, is filled from ``created_at`` first), except those an active background job writes
+   to, with their ``conversation_items`` rows and tool sessions;
+3. finished background jobs finished before the responses' cut-off that step 1 did not meet
+   (failed and cancelled responses have no response row), with their event logs;
+4. tool sessions not updated since the responses' cut-off that belong to nothing left: a chain
+   with no response (``root_id``) and no conversation of that id.
+
+Items are shared by id: a response's checkpoint lists every item of its history (so its
+children, and every later response of a conversation, list the items of earlier ones), a
+client may send back or ``item_reference`` any stored id, and a conversation lists its items.
+So the items of what steps 1 and 2 remove (every id of their checkpoints, every item of their
+conversations) are candidates, and a candidate goes only when no stored response's checkpoint
+and no conversation lists it: one pass over the stored checkpoints per batch
+(``json_each`` / ``json_array_elements_text``) and an index lookup in ``conversation_items``.
+What is kept stays readable: a kept response's checkpoint, input items and continuation, a
+kept conversation's items.
+
+Several processes: on PostgreSQL each batch takes a transaction-scoped advisory lock with
+``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge`` returns None
+when that happens before anything was purged); on SQLite the write transaction (``BEGIN
+IMMEDIATE``) serializes them. Rows are chosen by id and age only, so columns added to these
+tables do not change the statements.
+
+What is not guarded: a request that read an expiring response (its ``previous_response_id``)
+before the purge and saves after it lists that response's items, which the purge may have
+removed meanwhile; its continuations then miss them. Only continuations of responses at the
+edge of their retention, started just before a purge, are exposed.
+
+``dry_run``: the same batches in read-only transactions; what earlier batches would remove
+(``_Gone``) is left out of the references later batches see, so the report is what a purge
+would remove now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from sqlalchemy import select
+
+from app.core.jobs import ACTIVE_STATUSES
+from app.core.ports import ResponseStore
+from app.core.retention import PeriodicPurge, PurgeReport, RetentionCutoffs, RetentionPolicy
+from app.store.retention_run import Protected, PurgeLockedError, PurgeRun, PurgeSql
+from app.store.sql import SqlResponseStore
+from app.store.sql_database import SqlDatabase
+from app.store.tables import background_jobs
+
+
+class SqlRetention:
+    """The purge on a ``SqlDatabase`` (the store's, or one the CLI opens)."""
+
+    def __init__(self, db: SqlDatabase, *, batch_size: int = 500) -> None:
+        self._db = db
+        self._sql = PurgeSql(db)
+        self._batch_size = batch_size
+
+    async def purge(
+        self, cutoffs: RetentionCutoffs, *, dry_run: bool = False
+    ) -> PurgeReport | None:
+        report = PurgeReport(dry_run=dry_run)
+        if cutoffs.empty:
+            return report
+        protected = await self._protected()
+        run = PurgeRun(self._sql, cutoffs, report, protected, batch_size=self._batch_size)
+        try:
+            await run.all_steps()
+        except PurgeLockedError:
+            return None if run.batches == 0 else report
+        return report
+
+    async def _protected(self) -> Protected:
+        """What the active background jobs continue (their ``previous_response_id`` and
+        ``conversation``): kept while they run."""
+        async with self._db.read() as conn:
+            rows = await conn.execute(
+                select(background_jobs.c.request).where(
+                    background_jobs.c.status.in_(sorted(ACTIVE_STATUSES))
+                )
+            )
+            requests = [row[0] for row in rows if isinstance(row[0], dict)]
+        previous = {r.get("previous_response_id") for r in requests}
+        conversation = {_conversation_id(r.get("conversation")) for r in requests}
+        return Protected(
+            responses=sorted(x for x in previous if isinstance(x, str)),
+            conversations=sorted(x for x in conversation if x is not None),
+        )
+
+
+def _conversation_id(value: Any) -> str | None:
+    if isinstance(value, dict):
+        value = value.get("id")
+    return value if isinstance(value, str) else None
+
+
+def start_purging(
+    store: ResponseStore, policy: RetentionPolicy | None, stack: contextlib.AsyncExitStack
+) -> PeriodicPurge | None:
+    """The gateway's periodic purge of ``store`` (the SQL store; None for another one, or when
+    ``policy`` is None), started, and stopped by ``stack``."""
+    if policy is None or not isinstance(store, SqlResponseStore):
+        return None
+    periodic = PeriodicPurge(SqlRetention(store.db, batch_size=policy.batch_size), policy)
+    periodic.start()
+    stack.push_async_callback(periodic.aclose)
+    return periodic
