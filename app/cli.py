@@ -166,9 +166,9 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
+    from app.options.urls import check_http_url
     from app.recording.record import create_record_app
     from app.serving import make_server, run_servers
-    from app.settings import check_http_url
 
     try:
         check_http_url(args.upstream_url)

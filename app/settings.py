@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal, Self
-from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -28,6 +27,7 @@ from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
 from app.options.retention import RetentionSettings
 from app.options.secrets import SecretFilesEnvSource
+from app.options.urls import check_http_url, strip_base_url
 from app.tool_settings import (
     McpSettings,
     ToolEngineConfig,
@@ -395,24 +395,6 @@ _SINGLE_UPSTREAM_KEYS = frozenset(
         "upstream_context_window",
     }
 )
-
-
-def check_http_url(value: str) -> str:
-    """``value`` if it is an ``http://`` or ``https://`` URL with a host; else ValueError."""
-    parts = urlsplit(value)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ValueError(
-            f"{value!r} is not an http:// or https:// URL (e.g. http://127.0.0.1:8000)"
-        )
-    return value
-
-
-def strip_base_url(value: str) -> str:
-    """A server's base URL without a trailing slash or ``/v1`` (both are common in configs)."""
-    value = value.rstrip("/")
-    if value.endswith("/v1"):
-        value = value[: -len("/v1")]
-    return value
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
