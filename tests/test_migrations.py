@@ -52,7 +52,7 @@ from tests.postgres import throwaway_database
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = set(tables.metadata.tables)
-HEAD = "0005"
+HEAD = "0008"
 SUBPROCESS_TIMEOUT = 60
 
 
