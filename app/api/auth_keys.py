@@ -4,8 +4,9 @@ A request costs one hash and one dict lookup: no database round trip on the hot 
 keys are the configured ones (``[[auth.keys]]``) and the active rows of the ``api_keys`` table
 (``respgate keys``), which every process reads again every ``refresh_seconds``: a revoked key
 is refused everywhere within that time. A key the ring does not know makes it read the table
-at once (at most once per ``MISS_REFRESH_SECONDS``, one read for every waiting request), so a
-key just created works at once while a stream of wrong keys costs at most one read a second.
+at once (at most once per ``MISS_REFRESH_SECONDS``: a request that comes sooner waits for the
+next read, and one read serves every request waiting), so a key just created works at once
+while a stream of wrong keys costs at most one read a second.
 A failed read keeps the keys of the last good one (and says so in the log).
 """
 
@@ -50,6 +51,8 @@ class KeyRing:
         self._clock = clock
         self._loaded_at = float("-inf")
         self._lock = asyncio.Lock()
+        self._miss_lock = asyncio.Lock()
+        self._miss_read_at = float("-inf")
         self._failing = False
 
     def __len__(self) -> int:
@@ -59,15 +62,20 @@ class KeyRing:
         return self._keys.get(digest)
 
     async def find(self, digest: str) -> KeyOwner | None:
-        """The owner of the key whose SHA-256 is ``digest``; an unknown key reads the table
-        first unless it was read within ``MISS_REFRESH_SECONDS``."""
+        """The owner of the key whose SHA-256 is ``digest``. A key the ring does not know makes
+        it read the table first, at most once every ``MISS_REFRESH_SECONDS`` (a request that
+        comes sooner waits for that read: it never gets a 401 for a key made a moment ago)."""
         owner = self._keys.get(digest)
         if owner is not None or self._store is None:
             return owner
         asked = self._clock()
-        if asked - self._loaded_at < MISS_REFRESH_SECONDS:
-            return None
-        await self.refresh(since=asked)
+        async with self._miss_lock:
+            if self._loaded_at < asked:  # no read that started after this request ended yet
+                wait = self._miss_read_at + MISS_REFRESH_SECONDS - self._clock()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                self._miss_read_at = self._clock()
+                await self.refresh(since=asked)
         return self._keys.get(digest)
 
     async def refresh(self, since: float | None = None) -> None:
