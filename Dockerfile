@@ -16,8 +16,13 @@
 #   (Ollama or another chat-completions-only server: add -e RESPGATE_UPSTREAM_KIND=chat; on
 #   Linux also --add-host=host.docker.internal:host-gateway)
 #
-# -p 127.0.0.1:9000:9000 publishes the gateway on this machine only: it has no client
-# authentication yet (issue 17), so publishing it further (-p 9000:9000) is the operator's choice.
+# The gateway listens on 0.0.0.0 inside the container (RESPGATE_HOST below), so client
+# authentication is on ([auth] mode "auto"): every request but /health and /ready needs a key.
+# Make one in the container's database (its /data volume, or RESPGATE_DATABASE_URL):
+#   docker exec <container> respgate keys create --tenant default
+# or give keys in the environment:
+#   -e RESPGATE_AUTH__KEYS='[{"tenant": "default", "key_env": "RESPGATE_API_KEY"}]' -e RESPGATE_API_KEY=...
+# -p 127.0.0.1:9000:9000 publishes the gateway on this machine only.
 #
 # Build arguments: EXTRAS (comma-separated extras of pyproject.toml, default none),
 # TORCH_INDEX_URL (where torch comes from when an extra needs it, default PyTorch's CPU-only
@@ -93,7 +98,8 @@ ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
-    RESPGATE_DATA_DIR=/data
+    RESPGATE_DATA_DIR=/data \
+    RESPGATE_HOST=0.0.0.0
 
 RUN groupadd --system --gid 10001 respgate \
     && useradd --system --uid 10001 --gid respgate --no-log-init \

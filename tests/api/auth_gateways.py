@@ -1,15 +1,20 @@
 """Gateways with authentication for the tests of ``app.api.auth``: the app in process (or on a
-real port), a route that answers the principal ``principal_of`` gives, and keys written to the
-gateway's own ``api_keys`` table as ``respgate keys`` writes them."""
+real port), a route that answers the principal ``principal_of`` gives, keys written to the
+gateway's own ``api_keys`` table as ``respgate keys`` writes them, and an identity provider's
+signing key for JWTs."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jwt
+from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -30,6 +35,36 @@ from tests.fakes import FakeUpstream, MemoryResponseStore, text_response
 
 WHOAMI = "/v1/whoami"
 MODEL = "test-model"
+
+ISSUER = "https://idp.example.test/"
+AUDIENCE = "respgate"
+
+
+@dataclass
+class SigningKey:
+    """An identity provider's RSA signing key (made here) and the tokens it signs."""
+
+    kid: str
+    private: rsa.RSAPrivateKey = field(
+        default_factory=lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    )
+
+    def jwk(self) -> dict[str, Any]:
+        public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.private.public_key()))
+        return {**public, "kid": self.kid, "alg": "RS256", "use": "sig"}
+
+    def sign(self, **claims: Any) -> str:
+        now = int(time.time())
+        body = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": "user-1",
+            "iat": now,
+            "exp": now + 600,
+            "org": {"id": "acme"},
+            **claims,
+        }
+        return jwt.encode(body, self.private, algorithm="RS256", headers={"kid": self.kid})
 
 
 async def _whoami(request: Request) -> JSONResponse:

@@ -15,7 +15,7 @@ import hmac
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,43 +23,22 @@ import jwt
 import openai
 import pytest
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from tests.api.auth_gateways import MODEL, WHOAMI, auth_settings, gateway_app
+from tests.api.auth_gateways import (
+    AUDIENCE,
+    ISSUER,
+    MODEL,
+    WHOAMI,
+    SigningKey,
+    auth_settings,
+    gateway_app,
+)
 from tests.helpers import IN_PROCESS_URL, in_process, serve_in_thread
-
-ISSUER = "https://idp.example.test/"
-AUDIENCE = "respgate"
-
-
-@dataclass
-class SigningKey:
-    kid: str
-    private: rsa.RSAPrivateKey = field(
-        default_factory=lambda: rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    )
-
-    def jwk(self) -> dict[str, Any]:
-        public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.private.public_key()))
-        return {**public, "kid": self.kid, "alg": "RS256", "use": "sig"}
-
-    def sign(self, **claims: Any) -> str:
-        now = int(time.time())
-        body = {
-            "iss": ISSUER,
-            "aud": AUDIENCE,
-            "sub": "user-1",
-            "iat": now,
-            "exp": now + 600,
-            "org": {"id": "acme"},
-            **claims,
-        }
-        return jwt.encode(body, self.private, algorithm="RS256", headers={"kid": self.kid})
 
 
 @dataclass
