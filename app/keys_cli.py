@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from app.core.api_keys import (
     TENANT_PATTERN,
     ApiKeyNotFoundError,
@@ -88,8 +90,8 @@ def _with_store(settings: Settings, action: Callable[[ApiKeyStore], Awaitable[T]
         return asyncio.run(run())
     except DatabaseError as exc:
         raise StartupError(str(exc), code=1) from None
-    except OSError as exc:
-        raise StartupError(f"{display_url(url)}: {exc}", code=1) from None
+    except (OSError, SQLAlchemyError) as exc:
+        raise StartupError(f"{display_url(url)}: {type(exc).__name__}: {exc}", code=1) from None
 
 
 def _create(args: argparse.Namespace) -> int:
