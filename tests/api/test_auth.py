@@ -18,7 +18,10 @@ import openai
 import pytest
 import websockets
 from starlette.testclient import TestClient, WebSocketDenialResponse
+from starlette.types import Message, Receive, Scope, Send
 
+from app.api.auth import Authenticator, AuthMiddleware
+from app.api.auth_keys import KeyRing
 from app.core.api_keys import hash_key
 from app.core.tenancy import DEFAULT_TENANT
 from app.settings import Settings
@@ -238,3 +241,27 @@ def test_auto_mode_follows_the_bind_address(data_dir: Path) -> None:
         assert http.get("/v1/models").status_code == 401
     with in_process(gateway_app(Settings(data_dir=data_dir, host="127.0.0.1"))) as http:
         assert http.get("/v1/models").status_code == 200
+
+
+async def test_a_server_without_the_denial_extension_gets_a_policy_close() -> None:
+    """Where the ASGI server cannot answer a handshake with HTTP (no ``websocket.http.response``
+    extension), the refusal is a close with 1008 (policy violation) before accepting."""
+    reached: list[str] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        reached.append(scope["path"])
+
+    middleware = AuthMiddleware(app, Authenticator(True, KeyRing({})))
+    sent: list[Message] = []
+
+    async def receive() -> Message:
+        return {"type": "websocket.connect"}
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+
+    scope = {"type": "websocket", "path": "/v1/responses", "headers": [], "extensions": {}}
+    await middleware(scope, receive, send)
+    assert reached == []
+    assert [m["type"] for m in sent] == ["websocket.close"]
+    assert sent[0]["code"] == 1008 and "API key" in sent[0]["reason"]
