@@ -33,6 +33,8 @@
 # (RESPGATE_<SETTING>_FILE=/run/secrets/<name>, and <VARIABLE>_FILE for the variables a
 # configuration names).
 #
+# More keys, kept hashed in the database:  docker exec <container> respgate keys create --tenant default
+#
 # Build arguments: EXTRAS (comma-separated extras of pyproject.toml, default none),
 # TORCH_INDEX_URL (where torch comes from when an extra needs it, default PyTorch's CPU-only
 # wheel index), PYTHON_IMAGE (default python:3.11-slim).

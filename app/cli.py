@@ -1,4 +1,5 @@
-"""The ``respgate`` command: ``serve``, ``demo``, ``migrate``, ``purge``, ``record``, ``replay``.
+"""The ``respgate`` command: ``serve``, ``demo``, ``migrate``, ``keys``, ``purge``, ``record``,
+``replay``.
 
 Every start-up failure is one ``respgate: ...`` line on stderr and a non-zero exit status
 (:class:`app.startup.StartupError`), never a traceback.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import get_args
 
 from app import __version__
+from app.keys_cli import add_keys_command
 from app.purge import add_purge_command
 from app.recording.cassette import QUICKSTART_CASSETTE
 from app.settings import LOG_LEVELS, Settings, UpstreamKind
@@ -242,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve(sub)
     _add_demo(sub)
     _add_migrate(sub)
+    add_keys_command(sub)
     add_purge_command(sub)
     _add_record(sub)
     _add_replay(sub)
@@ -256,7 +259,9 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the --config file.",
     )
     serve.add_argument("--config", type=Path, help="TOML configuration file")
-    serve.add_argument("--host", help="bind address (default 0.0.0.0)")
+    serve.add_argument(
+        "--host", help="bind address (default 127.0.0.1; any other turns [auth] on)"
+    )
     serve.add_argument("--port", type=int, help="port (default 9000)")
     serve.add_argument(
         "--upstream-url", help="base URL of the inference server (default http://127.0.0.1:8000)"
@@ -266,7 +271,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         choices=get_args(UpstreamKind),
         help="responses: the server has /v1/responses (default); chat: only /v1/chat/completions",
     )
-    serve.add_argument("--upstream-api-key", help="API key sent upstream when the client sent none")
+    serve.add_argument("--upstream-api-key", help="the API key the gateway sends upstream")
     serve.add_argument("--data-dir", type=Path, help="where the gateway writes (default ./data)")
     serve.add_argument("--database-url", help=DATABASE_URL_HELP)
     serve.add_argument(

@@ -42,6 +42,14 @@ class InvalidRequestError(GatewayError):
     type = "invalid_request_error"
 
 
+class AuthenticationError(GatewayError):
+    """No credential, or one the gateway does not accept (``app.api.auth``): OpenAI's 401."""
+
+    status_code = 401
+    type = "invalid_request_error"
+    code = "invalid_api_key"
+
+
 class NotFoundError(GatewayError):
     status_code = 404
     type = "invalid_request_error"

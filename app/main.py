@@ -29,6 +29,7 @@ from app.api.routes import (
     vector_stores,
 )
 from app.api.state import GatewayState
+from app.authentication import install_auth
 from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.compact import Compactor
 from app.core.compaction import CompactionCodec
@@ -97,6 +98,7 @@ def create_configured_upstream(
     """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
     http: HttpOptions = {
         "api_key": config.resolved_api_key(secret_environ()),
+        "forward_client_key": config.forward_client_key,
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
         "max_connections": config.max_connections,
@@ -423,4 +425,6 @@ def create_app(
     app.include_router(models.router)
     app.include_router(health.router)
     install_openapi(app)
+    # Last, so outermost: every other middleware (rate limits) runs inside authentication.
+    install_auth(app, settings)
     return app

@@ -22,6 +22,7 @@ from pydantic_settings import (
 )
 
 from app.core.limits import clamp_rounds
+from app.options.auth import AuthSettings
 from app.options.egress import EgressSettings
 from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
@@ -54,6 +55,9 @@ class UpstreamConfig(BaseModel):
     api_key: str | None = None
     # The name of an environment variable holding the API key (keeps secrets out of the file).
     api_key_env: str | None = None
+    # Send the client's own credential (a JWT, or with [auth] off its bearer / x-api-key) here
+    # instead of api_key; never a gateway key, and never to another upstream.
+    forward_client_key: bool = False
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
     max_connections: int = Field(default=256, ge=1)
@@ -116,13 +120,15 @@ class Settings(BaseSettings):
         env_prefix="RESPGATE_", extra="forbid", env_nested_delimiter="__"
     )
 
-    host: str = "0.0.0.0"
+    # Loopback only by default; any other address turns [auth] on (mode "auto").
+    host: str = "127.0.0.1"
     port: int = 9000
     data_dir: Path = Path("./data")
     log_level: str = "info"
     # One line per request (uvicorn's access log: client, method, path, status) besides the one
     # line every refused or failed request leaves anyway.
     access_log: bool = False
+    auth: AuthSettings = Field(default_factory=AuthSettings)
 
     # Default: None, meaning the SQLite file respgate.db in data_dir (see resolved_database_url).
     database_url: str | None = None
@@ -131,6 +137,7 @@ class Settings(BaseSettings):
     upstream_url: str = "http://127.0.0.1:8000"
     upstream_kind: UpstreamKind = "responses"
     upstream_api_key: str | None = None
+    upstream_forward_client_key: bool = False
     upstream_connect_timeout: float = Field(default=10.0, gt=0)
     upstream_read_timeout: float = Field(default=600.0, gt=0)
     upstream_max_connections: int = Field(default=256, ge=1)
@@ -341,6 +348,7 @@ class Settings(BaseSettings):
                     url=self.upstream_url,
                     kind=self.upstream_kind,
                     api_key=self.upstream_api_key,
+                    forward_client_key=self.upstream_forward_client_key,
                     connect_timeout=self.upstream_connect_timeout,
                     read_timeout=self.upstream_read_timeout,
                     max_connections=self.upstream_max_connections,
@@ -389,6 +397,7 @@ _SINGLE_UPSTREAM_KEYS = frozenset(
         "upstream_url",
         "upstream_kind",
         "upstream_api_key",
+        "upstream_forward_client_key",
         "upstream_connect_timeout",
         "upstream_read_timeout",
         "upstream_max_connections",

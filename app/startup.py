@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from app.main import build_upstream
 from app.options.secrets import SecretFileError, secret_environ
@@ -46,6 +47,9 @@ def load_config(config_file: Path | None, **overrides: Any) -> Settings:
     except ValidationError as exc:
         where = f" in {config_file}" if config_file is not None else ""
         raise StartupError(f"invalid configuration{where}: {validation_summary(exc)}") from None
+    except SettingsError as exc:  # a RESPGATE_* variable that should hold JSON does not
+        cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+        raise StartupError(f"invalid configuration: {exc}{cause}") from None
 
 
 def toml_error_message(config_file: Path | None, exc: tomllib.TOMLDecodeError) -> str:
@@ -72,10 +76,11 @@ def validation_summary(exc: ValidationError) -> str:
 
 def check_environment(settings: Settings) -> None:
     """Every environment variable the configuration names (``api_key_env`` of
-    ``[[upstreams]]``, ``headers_from_env`` of MCP servers) is set, or its ``_FILE``
-    variable names a file that can be read."""
+    ``[[upstreams]]``, ``headers_from_env`` of MCP servers, ``key_env`` of ``[[auth.keys]]``)
+    is set, or its ``_FILE`` variable names a file that can be read."""
     environ = secret_environ()
     try:
+        settings.auth.key_hashes(environ)
         for upstream in settings.resolved_upstreams():
             upstream.resolved_api_key(environ)
         for server in settings.mcp.servers:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RESPGATE_DATA_DIR", raising=False)
     settings = Settings()
-    assert settings.host == "0.0.0.0"
+    assert settings.host == "127.0.0.1"  # loopback: [auth] mode "auto" is off there
     assert settings.port == 9000
     assert settings.data_dir == Path("./data")
     assert settings.max_body_bytes == 10 * 1024 * 1024

@@ -78,9 +78,11 @@ class SingleResponseStream:
 class Upstream(Protocol):
     """An inference server that answers Responses API requests.
 
-    ``headers`` carries the client's credentials when it sent some. Errors are raised as
-    ``app.errors.UpstreamError`` subclasses before any event is yielded; a failure after that
-    surfaces from the iterator as the same exceptions.
+    ``headers`` carries tracing headers and, as ``authorization``, the client's own credential
+    when it has one (``Principal.client_credential``: never a gateway key); an upstream sends
+    that credential only when it is configured to (``forward_client_key``), else its own key.
+    Errors are raised as ``app.errors.UpstreamError`` subclasses before any event is yielded;
+    a failure after that surfaces from the iterator as the same exceptions.
     """
 
     async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:

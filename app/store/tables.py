@@ -181,6 +181,21 @@ background_events = Table(
 )
 
 
+# Gateway API keys (``app.core.api_keys``): never the key, its SHA-256 (unique: the lookup) and
+# a display prefix; a revoked key keeps its row (``revoked_at``, seconds since the epoch).
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", ID, primary_key=True),
+    Column("tenant", String(128), nullable=False),
+    Column("name", String(256), nullable=False),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("prefix", String(32), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("revoked_at", BigInteger, nullable=True),
+)
+
+
 # ------------------------------------------------------------------ files and vector stores
 #
 # Every row has its tenant (``app.files.ports``: one tenant's view sees only its rows); a

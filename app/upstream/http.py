@@ -32,6 +32,7 @@ class HttpOptions(TypedDict, total=False):
     """How an ``HttpUpstream`` connects (keyword arguments of its constructor)."""
 
     api_key: str | None
+    forward_client_key: bool
     connect_timeout: float
     read_timeout: float
     max_connections: int
@@ -47,6 +48,7 @@ class HttpUpstream:
         base_url: str,
         *,
         api_key: str | None = None,
+        forward_client_key: bool = False,
         connect_timeout: float = 10.0,
         read_timeout: float = 600.0,
         max_connections: int = 256,
@@ -55,6 +57,7 @@ class HttpUpstream:
         self.base_url = base_url.rstrip("/")
         self.max_event_bytes = max_event_bytes
         self._api_key = api_key
+        self._forward_client_key = forward_client_key
         self._timeout = aiohttp.ClientTimeout(
             total=None, connect=connect_timeout, sock_read=read_timeout
         )
@@ -81,9 +84,11 @@ class HttpUpstream:
             self._session = None
 
     def headers_for(self, headers: Mapping[str, str], accept: str) -> dict[str, str]:
-        """What goes upstream: the client's credentials, else the configured key; tracing."""
+        """What goes upstream: this upstream's configured key, or, when it is configured with
+        ``forward_client_key``, the client's own credential (``headers["authorization"]``,
+        which the front end fills from the principal: never a gateway key); tracing."""
         out = {"content-type": JSON_TYPE, "accept": accept}
-        auth = headers.get("authorization")
+        auth = headers.get("authorization") if self._forward_client_key else None
         if auth:
             out["authorization"] = auth
         elif self._api_key:

@@ -136,6 +136,9 @@ def gateway(upstream: tuple[str, UpstreamLog]) -> Iterator[str]:
         upstream_read_timeout=READ_TIMEOUT,
         max_body_bytes=MAX_BODY,
         upstream_api_key="sk-test",
+        # The client's own key goes upstream only when the upstream is configured so
+        # (tests/api/test_auth_upstream.py: by default the configured key always goes).
+        upstream_forward_client_key=True,
     ) as url:
         yield url
 
@@ -520,7 +523,7 @@ def test_configured_api_key_is_sent_when_client_sends_none(
 
 
 @pytest.mark.parametrize("stream", [False, True])
-def test_client_authorization_wins_over_configured_key(
+def test_forwarded_client_authorization_wins_over_configured_key(
     client: httpx.Client, log: UpstreamLog, stream: bool
 ) -> None:
     response = client.post(

@@ -124,6 +124,8 @@ def two_upstreams(*, chat_healthy: bool = True) -> Iterator[tuple[str, UpstreamL
                     "kind": "chat",
                     "models": ["llama3.2", "qwen3:*"],
                     "model_map": {"small": "qwen3:0.6b"},
+                    # The client's key goes to this upstream (the chat passthrough test).
+                    "forward_client_key": True,
                 },
             ]
         )

@@ -2,9 +2,10 @@
 same service as ``/v1/responses`` (the translation is ``app.frontends.anthropic``).
 
 Claude Code adds ``?beta=true`` and ``anthropic-beta`` headers: both are accepted and ignored.
-The credential is ``x-api-key`` or ``Authorization: Bearer``, forwarded to the upstream as a
-bearer token. Every error, the gateway's or the upstream's, is in Anthropic's envelope
-(``app.api.errors`` answers so for every ``/v1/messages`` path).
+The credential is ``x-api-key`` or ``Authorization: Bearer`` (``app.api.auth``); a client's own
+credential reaches only an upstream configured with ``forward_client_key``, as a bearer token.
+Every error, the gateway's or the upstream's, is in Anthropic's envelope (``app.api.errors``
+answers so for every ``/v1/messages`` path).
 """
 
 from __future__ import annotations
@@ -34,15 +35,6 @@ from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_cr
 logger = logging.getLogger(__name__)
 
 
-def upstream_headers(request: Request) -> dict[str, str]:
-    """The client's headers for the upstream, with ``x-api-key`` as a bearer credential."""
-    headers = client_headers(request)
-    api_key = request.headers.get("x-api-key")
-    if api_key and "authorization" not in headers:
-        headers["authorization"] = f"Bearer {api_key}"
-    return headers
-
-
 async def _frames(
     events: AsyncIterator[JsonObject], translator: MessageStream, meter: Meter | None
 ) -> AsyncIterator[bytes]:
@@ -68,7 +60,7 @@ async def create_message(request: Request) -> Response:
     check_create_request(params)
     # Nothing is stored (``store`` is false); the tenant is whose tools run (file_search).
     parsed = ParsedRequest(params, translated.body, principal_of(request).tenant)
-    headers = upstream_headers(request)
+    headers = client_headers(request)
     if translated.stream:
         events = await state.service.open_stream(parsed, headers)
         translator = MessageStream(

@@ -25,14 +25,20 @@ from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_cr
 
 router = APIRouter()
 
-_FORWARDED_HEADERS = ("authorization", "openai-organization", "openai-project", "x-request-id")
+_FORWARDED_HEADERS = ("openai-organization", "openai-project", "x-request-id")
 
 
 def client_headers(request: HTTPConnection) -> dict[str, str]:
-    """The client headers the upstream may need (credentials, tracing), from a request or a
-    WebSocket's handshake."""
+    """What the upstream may need from a request or a WebSocket's handshake: tracing headers,
+    and the client's own credential as ``authorization`` when the principal has one (a JWT,
+    or with authentication off the client's bearer or ``x-api-key``; never a gateway key),
+    which only an upstream configured with ``forward_client_key`` sends on."""
     headers = request.headers
-    return {name: headers[name] for name in _FORWARDED_HEADERS if name in headers}
+    out = {name: headers[name] for name in _FORWARDED_HEADERS if name in headers}
+    credential = principal_of(request).client_credential
+    if credential:
+        out["authorization"] = f"Bearer {credential}"
+    return out
 
 
 async def create_response(request: Request) -> Response:
