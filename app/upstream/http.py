@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 import aiohttp
 import orjson
@@ -43,25 +43,17 @@ class HttpOptions(TypedDict, total=False):
 class HttpUpstream:
     """An inference server over HTTP, with one pooled aiohttp session."""
 
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None = None,
-        forward_client_key: bool = False,
-        connect_timeout: float = 10.0,
-        read_timeout: float = 600.0,
-        max_connections: int = 256,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    ) -> None:
+    def __init__(self, base_url: str, **options: Unpack[HttpOptions]) -> None:
         self.base_url = base_url.rstrip("/")
-        self.max_event_bytes = max_event_bytes
-        self._api_key = api_key
-        self._forward_client_key = forward_client_key
+        self.max_event_bytes = options.get("max_event_bytes", DEFAULT_MAX_EVENT_BYTES)
+        self._api_key = options.get("api_key")
+        self._forward_client_key = options.get("forward_client_key", False)
         self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=connect_timeout, sock_read=read_timeout
+            total=None,
+            connect=options.get("connect_timeout", 10.0),
+            sock_read=options.get("read_timeout", 600.0),
         )
-        self._connector_limit = max_connections
+        self._connector_limit = options.get("max_connections", 256)
         self._session: aiohttp.ClientSession | None = None
 
     @property
