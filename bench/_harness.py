@@ -250,8 +250,10 @@ def run_load(
     cpus: str | None = None,
     others: Sequence[Server] = (),
     body: dict[str, Any] | None = None,
+    headers: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One load.py run; adds the server's CPU seconds used during it (``server_cpu_s``).
+    ``headers``: "Name: value" lines every request carries (an API key).
 
     ``bg_cpu_pct`` is the CPU that processes other than ours (load.py, ``server`` and
     ``others``) used on the machine during the run, in % of one core: the noise indicator.
@@ -272,6 +274,8 @@ def run_load(
     ]
     if stream:
         cmd += ["--stream", "--expect", "response.completed"]
+    for header in headers:
+        cmd += ["-H", header]
     if cpus is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", cpus, *cmd]
     watched = [s for s in (server, *others) if s is not None]

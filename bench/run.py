@@ -47,6 +47,8 @@ from _harness import (
 )
 
 SCENARIOS = (("json", 1), ("json", 32), ("sse", 1), ("sse", 32))
+# The one client key of --auth (a configured [[auth.keys]] entry; the gateway keeps its hash).
+BENCH_KEY = "sk-rg-bench-0123456789abcdefghijklmnopqrstuvwxyz"
 
 TARGETS = {
     ("json", 1): ("added p50 ≤ 0.3 ms", "added_p50_ms", 0.3, "max"),
@@ -156,6 +158,13 @@ def main() -> int:
     )
     ap.add_argument("--database-url", help="the gateway's store (default: SQLite in a temp dir)")
     ap.add_argument(
+        "--auth",
+        action="store_true",
+        help="client authentication on ([auth] mode on, one configured key): every request "
+        "to the gateway carries the key (the mock ignores it); without it the gateway bound "
+        "to 127.0.0.1 has authentication off",
+    )
+    ap.add_argument(
         "--ref",
         help="measure this git commit (exported with git archive to a temp dir) instead of "
         "the work tree",
@@ -209,12 +218,19 @@ def main() -> int:
         if args.database_url:
             cmd += ["--database-url", args.database_url]
     gateway = Server("gateway", cmd, gw_port, cpus=server_cpus)
+    headers: list[str] = []
+    if args.auth:
+        gateway.env.update(
+            RESPGATE_AUTH__MODE="on",
+            RESPGATE_AUTH__KEYS=json.dumps([{"tenant": "bench", "key": BENCH_KEY}]),
+        )
+        headers.append(f"Authorization: Bearer {BENCH_KEY}")
     info = machine_info()
     print(
         f"# respgate bench: {info.get('cpus')} CPUs ({info.get('cpu_model', '?')}), "
         f"loadavg {' '.join(info.get('loadavg', []))}, {rounds} round(s) x {duration:g} s, "
         f"pin={'on' if args.pin else 'off'}, body {args.body}, workers {args.workers}, "
-        f"store {args.database_url or 'SQLite'}"
+        f"store {args.database_url or 'SQLite'}, auth {'on' if args.auth else 'off'}"
         + (f", WHAT-IF patches: {args.whatif}" if args.whatif else ""),
         flush=True,
     )
@@ -235,6 +251,7 @@ def main() -> int:
                     server=server,
                     body=body,
                     cpus=client_cpus,
+                    headers=headers,
                 )
         for rnd in range(rounds):
             for mode, conc in SCENARIOS:
@@ -255,6 +272,7 @@ def main() -> int:
                         cpus=client_cpus,
                         others=[other],
                         body=body,
+                        headers=headers,
                     )
                     res["round"] = rnd
                     raw.setdefault(f"{target}-{mode}-c{conc}", []).append(res)
