@@ -70,15 +70,10 @@ def tenants_gateway(
         yield http
 
 
-def sdk(http: TestClient, key: str | None) -> openai.OpenAI:
-    """The ``openai`` SDK on an ``in_process`` gateway, sending ``key`` (``None``: no
-    ``Authorization`` header at all)."""
+def sdk(http: TestClient, key: str) -> openai.OpenAI:
+    """The ``openai`` SDK on an ``in_process`` gateway, sending ``key``."""
     return openai.OpenAI(
-        base_url=f"{IN_PROCESS_URL}/v1",
-        api_key=key or "unused",
-        max_retries=0,
-        http_client=http,
-        default_headers={"Authorization": openai.omit} if key is None else None,
+        base_url=f"{IN_PROCESS_URL}/v1", api_key=key, max_retries=0, http_client=http
     )
 
 
