@@ -53,11 +53,12 @@ def configured_key_id(key: str) -> str:
 
 
 def keyed(settings: Settings, *tenants: str, **auth: Any) -> Settings:
-    """``settings`` with authentication on and a configured key for each of ``tenants``
-    (``auth``: more ``[auth]`` settings, such as ``refresh_seconds`` or ``jwt``)."""
+    """``settings`` with authentication on and a configured key for each of ``tenants`` added
+    to its ``[auth]`` (``auth``: more ``[auth]`` settings, such as ``jwt``)."""
+    current = settings.auth.model_dump()
     keys = [{"tenant": tenant, "name": tenant, "key": tenant_key(tenant)} for tenant in tenants]
-    options = AuthSettings.model_validate({"mode": "on", "keys": keys, **auth})
-    return settings.model_copy(update={"auth": options})
+    options = {**current, **auth, "mode": "on", "keys": [*current["keys"], *keys]}
+    return settings.model_copy(update={"auth": AuthSettings.model_validate(options)})
 
 
 @contextlib.contextmanager
