@@ -1,11 +1,9 @@
 """Gateways with authentication for the tests of ``app.api.auth``: the app in process (or on a
-real port), a route that answers the principal ``principal_of`` gives, keys written to the
-gateway's own ``api_keys`` table as ``respgate keys`` writes them, and an identity provider's
-signing key for JWTs."""
+real port), a route that answers the principal ``principal_of`` gives, and an identity
+provider's signing key for JWTs. Keys of the ``api_keys`` table: ``tests.tenants``."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -21,16 +19,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from app.api.tenancy import principal_of
-from app.core.api_keys import (
-    ApiKeyRecord,
-    display_prefix,
-    hash_key,
-    new_key,
-    new_key_id,
-)
 from app.main import create_app
 from app.settings import Settings
-from app.store.sql_api_keys import SqlApiKeyStore
 from tests.fakes import FakeUpstream, MemoryResponseStore, text_response
 
 WHOAMI = "/v1/whoami"
@@ -64,6 +54,8 @@ class SigningKey:
             "org": {"id": "acme"},
             **claims,
         }
+        # a claim given as None is left out (a token without "sub", say)
+        body = {name: value for name, value in body.items() if value is not None}
         return jwt.encode(body, self.private, algorithm="RS256", headers={"kid": self.kid})
 
 
@@ -93,38 +85,6 @@ def gateway_app(settings: Settings, upstream: Any | None = None) -> FastAPI:
 def auth_settings(data_dir: Path, **auth: Any) -> Settings:
     """Settings on 127.0.0.1 with ``[auth]`` as given (``mode`` "on" unless said)."""
     return Settings(data_dir=data_dir, auth={"mode": "on", **auth})
-
-
-def store_key(data_dir: Path, tenant: str, name: str = "") -> tuple[str, str]:
-    """A new key in the ``api_keys`` table of the gateway on ``data_dir``: (key, key id)."""
-    key = new_key()
-    record = ApiKeyRecord(
-        id=new_key_id(),
-        tenant=tenant,
-        name=name,
-        key_hash=hash_key(key),
-        prefix=display_prefix(key),
-        created_at=int(time.time()),
-    )
-    _on_table(data_dir, lambda store: store.add_key(record))
-    return key, record.id
-
-
-def revoke_key(data_dir: Path, key_id: str) -> None:
-    _on_table(data_dir, lambda store: store.revoke_key(key_id, int(time.time())))
-
-
-def _on_table(data_dir: Path, action: Callable[[SqlApiKeyStore], Any]) -> None:
-    url = Settings(data_dir=data_dir).resolved_database_url()
-
-    async def run() -> None:
-        store = SqlApiKeyStore.open(url)
-        try:
-            await action(store)
-        finally:
-            await store.aclose()
-
-    asyncio.run(run())
 
 
 def eventually(check: Callable[[], bool], seconds: float = 30.0) -> bool:

@@ -31,10 +31,9 @@ from tests.api.auth_gateways import (
     auth_settings,
     eventually,
     gateway_app,
-    revoke_key,
-    store_key,
 )
 from tests.helpers import IN_PROCESS_URL, in_process, serve_in_thread
+from tests.tenants import revoke_key, store_key
 
 CONFIGURED = "sk-configured-key-for-team-a-0001"
 FROM_ENV = "sk-from-the-environment-team-b-02"
@@ -143,7 +142,8 @@ def test_the_anthropic_sdk_uses_x_api_key(http: TestClient) -> None:
 def test_keys_of_the_table_work_at_once_and_stop_after_revoke(
     http: TestClient, data_dir: Path
 ) -> None:
-    key, key_id = store_key(data_dir, "team-d", "laptop")
+    database_url = Settings(data_dir=data_dir).resolved_database_url()
+    key, key_id = store_key(database_url, "team-d", "laptop")
     # an unknown key makes the gateway read the table, so a new key works at once
     response = sdk(http, key).responses.create(model=MODEL, input="hi")
     assert response.output_text == "hi"
@@ -152,7 +152,7 @@ def test_keys_of_the_table_work_at_once_and_stop_after_revoke(
         "key_id": key_id,
         "client_credential": None,
     }
-    revoke_key(data_dir, key_id)
+    revoke_key(database_url, key_id)
     assert eventually(lambda: whoami(http, authorization=f"Bearer {key}").status_code == 401)
     with pytest.raises(openai.AuthenticationError):
         sdk(http, key).responses.create(model=MODEL, input="hi")

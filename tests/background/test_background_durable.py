@@ -103,7 +103,7 @@ def test_a_job_another_process_runs_is_cancelled_here(database_url: str) -> None
 def test_a_job_taken_over_runs_and_stores_as_its_tenant(database_url: str) -> None:
     settings = settings_for(database_url, background_lease_seconds=0.2)
     upstream = ScriptedUpstream([[message("acme's answer")]])
-    with tenants_gateway(settings, upstream) as http:
+    with tenants_gateway(settings, upstream, "acme", DEFAULT_TENANT) as http:
         acme, other = client_as(http, "acme"), client_as(http, DEFAULT_TENANT)
         write_job(
             database_url,

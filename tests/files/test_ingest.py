@@ -39,7 +39,7 @@ from tests.fakes import (
     MemoryVectorIndex,
 )
 
-T = DEFAULT_TENANT  # every file and store here is one tenant's (tests/api/test_file_tenancy.py)
+T = DEFAULT_TENANT  # every file and store here is one tenant's (tests/e2e/test_two_tenants.py)
 
 AUTO = {"type": "static", "static": {"max_chunk_size_tokens": 800, "chunk_overlap_tokens": 400}}
 SMALL = {"type": "static", "static": {"max_chunk_size_tokens": 100, "chunk_overlap_tokens": 0}}
