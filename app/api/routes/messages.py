@@ -58,7 +58,7 @@ async def create_message(request: Request) -> Response:
     translated = to_responses(body)
     params = validate(CreateResponseRequest, translated.body)
     check_create_request(params)
-    # Nothing is stored (``store`` is false); the tenant is whose tools run (file_search).
+    # Nothing is stored (``store`` is false); the tenant is whose tools run (tool engine sessions).
     parsed = ParsedRequest(params, translated.body, principal_of(request).tenant)
     headers = client_headers(request)
     if translated.stream:
