@@ -13,15 +13,18 @@ A purge runs four steps, each in batches of ``batch_size`` rows, one transaction
 4. tool sessions not updated since the responses' cut-off that belong to nothing left: a chain
    with no response (``root_id``) and no conversation of that id.
 
-Items are shared by id: a response's checkpoint lists every item of its history (so its
-children, and every later response of a conversation, list the items of earlier ones), a
-client may send back or ``item_reference`` any stored id, and a conversation lists its items.
-So the items of what steps 1 and 2 remove (every id of their checkpoints, every item of their
-conversations) are candidates, and a candidate goes only when no stored response's checkpoint
-and no conversation lists it: one pass over the stored checkpoints per batch
-(``json_each`` / ``json_array_elements_text``) and an index lookup in ``conversation_items``.
+Items are shared by id within their tenant (keyed (tenant, id): another tenant's ``msg_1`` is
+another item): a response's checkpoint lists every item of its history (so its children, and
+every later response of a conversation, list the items of earlier ones), a client may send
+back or ``item_reference`` any id it stored, and a conversation lists its items. So the items
+of what steps 1 and 2 remove (every id of their checkpoints, every item of their
+conversations, with the tenant of each) are candidates, and a candidate goes only when no
+stored response and no conversation of its tenant lists it: one pass over the stored
+checkpoints per batch (``json_each`` / ``json_array_elements_text``) and an index lookup in
+``conversation_items``. Another tenant's references neither keep an item nor remove it.
 What is kept stays readable: a kept response's checkpoint, input items and continuation, a
-kept conversation's items.
+kept conversation's items. Tool sessions are likewise keyed (tenant, session id): a chain's
+session goes once no response of its tenant belongs to the chain.
 
 Several processes: on PostgreSQL each batch takes a transaction-scoped advisory lock with
 ``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge`` returns None
@@ -49,7 +52,8 @@ from sqlalchemy import select
 from app.core.jobs import ACTIVE_STATUSES
 from app.core.ports import ResponseStore
 from app.core.retention import PeriodicPurge, PurgeReport, RetentionCutoffs, RetentionPolicy
-from app.store.retention_run import Protected, PurgeLockedError, PurgeRun, PurgeSql
+from app.store.retention_run import Protected, PurgeRun
+from app.store.retention_sql import Key, PurgeLockedError, PurgeSql
 from app.store.sql import SqlResponseStore
 from app.store.sql_database import SqlDatabase
 from app.store.tables import background_jobs
@@ -79,20 +83,21 @@ class SqlRetention:
 
     async def _protected(self) -> Protected:
         """What the active background jobs continue (their ``previous_response_id`` and
-        ``conversation``): kept while they run."""
+        ``conversation``, their tenant's): kept while they run."""
         async with self._db.read() as conn:
             rows = await conn.execute(
-                select(background_jobs.c.request).where(
+                select(background_jobs.c.tenant, background_jobs.c.request).where(
                     background_jobs.c.status.in_(sorted(ACTIVE_STATUSES))
                 )
             )
-            requests = [row[0] for row in rows if isinstance(row[0], dict)]
-        previous = {r.get("previous_response_id") for r in requests}
-        conversation = {_conversation_id(r.get("conversation")) for r in requests}
-        return Protected(
-            responses=sorted(x for x in previous if isinstance(x, str)),
-            conversations=sorted(x for x in conversation if x is not None),
-        )
+            requests = [(str(row[0]), row[1]) for row in rows if isinstance(row[1], dict)]
+        previous = {(t, r.get("previous_response_id")) for t, r in requests}
+        conversation = {(t, _conversation_id(r.get("conversation"))) for t, r in requests}
+        return Protected(responses=_known(previous), conversations=_known(conversation))
+
+
+def _known(keys: set[tuple[str, Any]]) -> list[Key]:
+    return sorted((tenant, value) for tenant, value in keys if isinstance(value, str))
 
 
 def _conversation_id(value: Any) -> str | None:
