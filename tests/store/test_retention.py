@@ -18,6 +18,7 @@ from sqlalchemy import func, select, update
 from app.core.jobs import BackgroundJob, LoggedEvent
 from app.core.ports import NewResponse, StoredResponse
 from app.core.retention import PurgeReport, RetentionCutoffs
+from app.protocol.json_types import JsonObject
 from app.store.retention import SqlRetention
 from app.store.retention_sql import PG_PURGE_LOCK
 from app.store.sql import SqlResponseStore
@@ -34,8 +35,8 @@ from tests.store.builders import message, turn
 from tests.store.conftest import sql_backend
 
 OLD, CUTOFF, NEW = 1_000_000, 2_000_000, 3_000_000
-# The tenant of most tests; the two-tenant tests add ``B``.
-A, B = "tenant-a", "tenant-b"
+# The tenant of most tests; the tests of several tenants add ``B`` and ``C``.
+A, B, C = "tenant-a", "tenant-b", "tenant-c"
 RESPONSES = RetentionCutoffs(responses_before=CUTOFF)
 CONVERSATIONS = RetentionCutoffs(conversations_before=CUTOFF)
 BOTH = RetentionCutoffs(responses_before=CUTOFF, conversations_before=CUTOFF)
@@ -366,11 +367,111 @@ async def test_a_chains_tool_session_goes_with_its_last_response(store: SqlRespo
     assert await store.load_tool_session("resp_never_stored_recent", tenant=A) is not None
 
 
+# --------------------------------------------------------------------------- two tenants
+
+
+def client_item(tenant: str) -> JsonObject:
+    """The item every tenant sends under the client-chosen id ``msg_1``, in its own words."""
+    return message(f"{tenant}'s own words", item_id="msg_1")
+
+
+@pytest.mark.parametrize("batch_size", [1, 500])
+async def test_an_expired_response_takes_its_own_tenants_item_only(
+    store: SqlResponseStore, batch_size: int
+) -> None:
+    [expired] = await save_chain(store, [OLD], A, inputs=[client_item(A)])
+    [kept] = await save_chain(store, [NEW], B, inputs=[client_item(B)])
+    # A third tenant's msg_1 is garbage in its own tenant: it goes too.
+    await save_chain(store, [OLD], C, inputs=[client_item(C)])
+
+    report = await purge(store, RESPONSES, batch_size=batch_size)
+
+    assert report.responses == 2
+    assert report.items == 2 * len(own_ids(expired))
+    assert await store.load_items(["msg_1"], tenant=A) == []
+    assert await store.load_items(["msg_1"], tenant=C) == []
+    assert await store.load_items(["msg_1"], tenant=B) == [client_item(B)]
+    # B's continuation works, on its own msg_1.
+    parent = await stored(store, kept.response["id"], B)
+    child = turn(
+        "and then?",
+        history_ids=parent.checkpoint_ids,
+        previous_response_id=parent.id,
+        root_id=parent.root_id,
+    )
+    await store.save_response(child, tenant=B)
+    continued = await stored(store, child.response["id"], B)
+    history = await store.load_items(continued.checkpoint_ids, tenant=B)
+    assert [item["id"] for item in history] == continued.checkpoint_ids
+    assert history[0] == client_item(B)
+
+
+@pytest.mark.parametrize("kept_by", ["response", "conversation"])
+async def test_what_another_tenant_keeps_does_not_keep_an_item(
+    store: SqlResponseStore, kept_by: str
+) -> None:
+    [expired] = await save_chain(store, [OLD], A, inputs=[client_item(A)])
+    if kept_by == "response":
+        await save_chain(store, [NEW], B, inputs=[client_item(B)])
+    else:
+        await make_conversation(store, NEW, B, opener="msg_1")
+    theirs = await store.load_items(["msg_1"], tenant=B)
+
+    report = await purge(store, BOTH)
+
+    assert report.responses == 1
+    assert report.items == len(own_ids(expired))
+    assert await stored_item_ids(store, own_ids(expired)) == set()
+    assert len(theirs) == 1
+    assert await store.load_items(["msg_1"], tenant=B) == theirs
+
+
+async def test_a_tool_session_is_kept_by_its_own_tenants_chain_or_conversation_only(
+    store: SqlResponseStore,
+) -> None:
+    [living] = await save_chain(store, [NEW], A)
+    conversation_id = await make_conversation(store, NEW, A)
+    for session_id in (living.response["id"], conversation_id):
+        for tenant in (A, B):
+            await store.save_tool_session(session_id, {"of": tenant}, tenant=tenant)
+    await execute(store, update(tool_sessions).values(updated_at=OLD))
+
+    report = await purge(store, RESPONSES)
+
+    assert report.tool_sessions == 2
+    for session_id in (living.response["id"], conversation_id):
+        assert await store.load_tool_session(session_id, tenant=A) == {"of": A}
+        assert await store.load_tool_session(session_id, tenant=B) is None
+
+
+async def test_an_active_job_keeps_its_own_tenants_response_only(store: SqlResponseStore) -> None:
+    [continued] = await save_chain(store, [OLD], A)
+    [named_by_another_tenant] = await save_chain(store, [OLD], A)
+    await add_job(
+        store, "resp_job_a", finished_at=None, previous_response_id=continued.response["id"]
+    )
+    # B's job names an id B cannot read (another tenant's): it keeps nothing.
+    await add_job(
+        store,
+        "resp_job_b",
+        finished_at=None,
+        tenant=B,
+        previous_response_id=named_by_another_tenant.response["id"],
+    )
+
+    report = await purge(store, RESPONSES)
+
+    assert report.responses == 1
+    assert await store.get_response(continued.response["id"], tenant=A) is not None
+    assert await store.get_response(named_by_another_tenant.response["id"], tenant=A) is None
+
+
 # --------------------------------------------------------------------------- the run itself
 
 
 async def build_mixed(store: SqlResponseStore) -> None:
-    """Old and new chains, shared items, conversations, jobs and sessions."""
+    """Old and new chains, shared items, conversations, jobs and sessions, and two tenants'
+    items of one id."""
     [owner] = await save_chain(store, [OLD])
     await save_chain(store, [OLD, OLD, NEW], stored_inputs=[owner.new_items[0]])
     old_chain = await save_chain(store, [OLD, OLD])
@@ -384,6 +485,10 @@ async def build_mixed(store: SqlResponseStore) -> None:
         update(conversations).where(conversations.c.id == expired).values(last_active_at=OLD),
     )
     await make_conversation(store, NEW)
+    # Two tenants' own msg_1, in responses of different ages.
+    await save_chain(store, [OLD, NEW], A, inputs=[client_item(A)])
+    await save_chain(store, [OLD], B, inputs=[client_item(B)])
+    await make_conversation(store, NEW, B, opener="msg_1")
 
 
 @pytest.mark.parametrize("batch_size", [1, 3, 500])
