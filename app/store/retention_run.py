@@ -1,4 +1,5 @@
-"""The steps of one purge (``app.store.retention``, whose docstring says what goes and why).
+"""The steps of one purge (``app.store.retention``, whose docstring says what goes and why), and
+the sweep of the items they leave behind.
 
 Tenancy: items and tool sessions are keyed by (tenant, id), so every step works on such keys
 (``retention_sql.Key``): an expired response's checkpoint names its own tenant's items, a
@@ -9,21 +10,12 @@ removed by (tenant, id), as every other statement of the store names its tenant.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Table,
-    delete,
-    func,
-    not_,
-    select,
-    true,
-    tuple_,
-    update,
-)
+from sqlalchemy import ColumnElement, Table, delete, func, not_, select, true, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.jobs import FINAL_STATUSES
@@ -42,6 +34,12 @@ from app.store.tables import (
 # A keyset cursor: the (age, key...) of the last row of a batch; a step starts from ``_START``.
 Cursor = tuple[Any, ...]
 _START: Cursor = ()
+# Candidate items wait for a sweep until this many are pending (one pass over the stored
+# checkpoints per sweep; bounded memory).
+SWEEP_KEYS = 50_000
+# How long before a sweep's pass began a response saved during the sweep may have been
+# created (the clocks of several gateways): such responses are checked again.
+CLOCK_SKEW_SECONDS = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +84,8 @@ class PurgeRun:
         self.dry_run = report.dry_run
         self.protected = protected
         self.gone = _Gone()
+        # Items of what the steps removed, not swept yet.
+        self.pending: set[Key] = set()
         self.batches = 0
 
     async def all_steps(self) -> None:
@@ -93,6 +93,7 @@ class PurgeRun:
             await self._batches(self._responses)
         if self.cutoffs.conversations_before is not None:
             await self._batches(self._conversations)
+        await self._sweep()
         if self.cutoffs.responses_before is not None:
             await self._batches(self._finished_jobs)
             await self._batches(self._stale_sessions)
@@ -107,6 +108,8 @@ class PurgeRun:
             async with self.sql.transaction(self.dry_run) as conn:
                 cursor = await step(conn, cursor)
             self.batches += 1
+            if len(self.pending) >= SWEEP_KEYS:
+                await self._sweep()
 
     def _after(self, columns: Sequence[ColumnElement[Any]], cursor: Cursor) -> ColumnElement[bool]:
         """The rows after ``cursor`` in the order of ``columns`` (all of them at the start)."""
@@ -178,7 +181,7 @@ class PurgeRun:
                 conn, responses.c.tenant, responses.c.id, keys
             )
         await self._remove_jobs(conn, keys)
-        await self._remove_unreferenced_items(conn, candidates)
+        self.pending |= candidates
         await self._remove_sessions(conn, await self._without_responses(conn, roots))
         return self._next(rows, 2)
 
@@ -245,7 +248,7 @@ class PurgeRun:
             await self._remove(conn, listed.tenant, listed.conversation_id, removed)
         self.report.conversations += len(removed)
         await self._remove_sessions(conn, removed)
-        await self._remove_unreferenced_items(conn, candidates)
+        self.pending |= candidates
         return self._next(rows, 2)
 
     # ---------------------------------------------------------------- steps 3 and 4
@@ -332,41 +335,43 @@ class PurgeRun:
         if self.dry_run:
             self.gone.sessions.update(fresh)
 
-    async def _remove_unreferenced_items(self, conn: AsyncConnection, candidates: set[Key]) -> None:
-        """Remove the ``candidates`` that no stored response's checkpoint and no conversation
-        of their own tenant lists."""
-        candidates -= self.gone.items
-        if not candidates:
+    # ---------------------------------------------------------------- the items' sweep
+
+    async def _sweep(self) -> None:
+        """Remove the pending items that no stored response's checkpoint and no conversation
+        of their own tenant lists: one pass over the checkpoints in a read-only snapshot (no
+        lock held), then deletions in batches, each of which checks again the responses
+        created since the pass began (a request that sends an item back by id meanwhile
+        keeps it) and the conversations."""
+        pending = sorted(self.pending - self.gone.items)
+        self.pending = set()
+        if not pending:
             return
-        sql = self.sql
-        listed = sql.elements(responses.c.checkpoint_ids)
-        in_checkpoints = (
-            select(responses.c.tenant, listed.c.value)
-            .select_from(responses)
-            .join(listed, true())
-            .where(
-                sql.in_keys(responses.c.tenant, listed.c.value, "candidates"),
-                not_(sql.in_list(responses.c.id, "gone")),
-            )
-            .distinct()
-        )
-        conversation = conversation_items.c
-        in_conversations = (
-            select(conversation.tenant, conversation.item_id)
-            .where(
-                sql.in_keys(conversation.tenant, conversation.item_id, "candidates"),
-                not_(sql.in_list(conversation.conversation_id, "gone_conversations")),
-            )
-            .distinct()
-        )
+        began = int(time.time())
+        async with self.sql.snapshot() as conn:
+            referenced = await self._referenced(conn, pending)
+        unreferenced = [key for key in pending if key not in referenced]
+        for start in range(0, len(unreferenced), self.size):
+            batch = unreferenced[start : start + self.size]
+            async with self.sql.transaction(self.dry_run) as conn:
+                if not self.dry_run:
+                    since = began - CLOCK_SKEW_SECONDS
+                    again = await self._referenced(conn, batch, since=since)
+                    batch = [key for key in batch if key not in again]
+                self.report.items += await self._remove(conn, items.c.tenant, items.c.id, batch)
+            self.batches += 1
+        if self.dry_run:
+            self.gone.items.update(unreferenced)
+
+    async def _referenced(
+        self, conn: AsyncConnection, keys: list[Key], *, since: int | None = None
+    ) -> set[Key]:
+        """The ``keys`` that a response (every one, or those created ``since``) or a
+        conversation of their tenant lists, but for what a dry run counted as gone."""
         values = {
-            "candidates": keys_value(sorted(candidates)),
+            "keys": keys_value(keys),
             "gone": ids_value(self.gone.responses),
             "gone_conversations": ids_value(self.gone.conversations),
         }
-        referenced = await self._rows(conn, in_checkpoints, **values)
-        referenced |= await self._rows(conn, in_conversations, **values)
-        unreferenced = candidates - referenced
-        self.report.items += await self._remove(conn, items.c.tenant, items.c.id, unreferenced)
-        if self.dry_run:
-            self.gone.items.update(unreferenced)
+        found = await self._rows(conn, self.sql.in_checkpoints(since=since), **values)
+        return found | await self._rows(conn, self.sql.in_conversations(), **values)

@@ -9,13 +9,25 @@ import contextlib
 from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, bindparam, cast, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    not_,
+    select,
+    true,
+)
 from sqlalchemy import tuple_ as row
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.engine import json_dumps
 from app.store.sql_database import SqlDatabase
+from app.store.tables import conversation_items, responses
 
 # The advisory lock of a purge batch (PostgreSQL): "respgate" + 1 (migrations take "respgate").
 PG_PURGE_LOCK = 0x7265_7370_6761_7466
@@ -45,6 +57,12 @@ class PurgeSql:
     def __init__(self, db: SqlDatabase) -> None:
         self._db = db
         self.postgres = not db.is_sqlite
+
+    @contextlib.asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncConnection]:
+        """A read-only transaction: one snapshot, no lock."""
+        async with self._db.read() as conn:
+            yield conn
 
     @contextlib.asynccontextmanager
     async def transaction(self, dry_run: bool) -> AsyncIterator[AsyncConnection]:
@@ -95,3 +113,43 @@ class PurgeSql:
         if self.postgres:
             return func.json_array_elements_text(array).table_valued("value")
         return func.json_each(array).table_valued("value")
+
+    def in_checkpoints(self, *, since: int | None = None) -> Select[Any]:
+        """The (tenant, item id) keys of the parameter ``keys`` that a stored response of
+        their tenant lists in its checkpoint: every response's (one pass over them), or only
+        those created at ``since`` or later (the ``created_at`` index). Responses whose ids
+        are in the parameter ``gone`` do not count (a dry run's)."""
+        listed = self.elements(responses.c.checkpoint_ids)
+        expanded = (
+            select(responses.c.tenant.label("tenant"), listed.c.value.label("item_id"))
+            .select_from(responses)
+            .join(listed, true())
+            .where(not_(self.in_list(responses.c.id, "gone")))
+        )
+        if since is not None:
+            expanded = expanded.where(responses.c.created_at >= since)
+        if self.postgres:
+            # A fence (a subquery with OFFSET is planned on its own): otherwise the planner
+            # joins the keys to the responses by tenant first, then expands every checkpoint
+            # once per key of its tenant (measured: 9 s instead of 35 ms on 5,000 responses).
+            expanded = expanded.offset(0)
+        pairs = expanded.subquery()
+        return (
+            select(pairs.c.tenant, pairs.c.item_id)
+            .where(self.in_keys(pairs.c.tenant, pairs.c.item_id, "keys"))
+            .distinct()
+        )
+
+    def in_conversations(self) -> Select[Any]:
+        """The keys of the parameter ``keys`` that a conversation of their tenant lists (the
+        ``item_id`` index), but for the conversations whose ids are in the parameter
+        ``gone_conversations`` (a dry run's)."""
+        listed = conversation_items.c
+        return (
+            select(listed.tenant, listed.item_id)
+            .where(
+                self.in_keys(listed.tenant, listed.item_id, "keys"),
+                not_(self.in_list(listed.conversation_id, "gone_conversations")),
+            )
+            .distinct()
+        )

@@ -8,19 +8,24 @@ the clock.
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.jobs import BackgroundJob, LoggedEvent
 from app.core.ports import NewResponse, StoredResponse
 from app.core.retention import PurgeReport, RetentionCutoffs
 from app.protocol.json_types import JsonObject
+from app.store import retention_run
 from app.store.retention import SqlRetention
-from app.store.retention_sql import PG_PURGE_LOCK
+from app.store.retention_run import SWEEP_KEYS
+from app.store.retention_sql import PG_PURGE_LOCK, PurgeSql
 from app.store.sql import SqlResponseStore
 from app.store.tables import (
     background_events,
@@ -491,10 +496,12 @@ async def build_mixed(store: SqlResponseStore) -> None:
     await make_conversation(store, NEW, B, opener="msg_1")
 
 
-@pytest.mark.parametrize("batch_size", [1, 3, 500])
+@pytest.mark.parametrize(("batch_size", "sweep_keys"), [(1, 1), (3, 2), (500, SWEEP_KEYS)])
 async def test_a_dry_run_changes_nothing_and_reports_what_the_purge_then_removes(
-    store: SqlResponseStore, batch_size: int
+    store: SqlResponseStore, batch_size: int, sweep_keys: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Small sweeps: the items are swept between the batches of the steps, not only after.
+    monkeypatch.setattr(retention_run, "SWEEP_KEYS", sweep_keys)
     await build_mixed(store)
     before = await counts(store)
 
@@ -510,6 +517,34 @@ async def test_a_dry_run_changes_nothing_and_reports_what_the_purge_then_removes
     assert before["items"] - after["items"] == real.items
     assert before["conversations"] - after["conversations"] == real.conversations
     assert (await purge(store, BOTH)).total == 0
+
+
+async def test_an_item_sent_back_while_the_items_are_swept_stays(
+    store: SqlResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [expired] = await save_chain(store, [OLD])
+    sent_back = expired.new_items[0]
+    again = aged(turn("again", stored_inputs=[sent_back]), int(time.time()))
+    pass_over_checkpoints = PurgeSql.snapshot
+
+    @contextlib.asynccontextmanager
+    async def then_a_request(sql: PurgeSql) -> AsyncIterator[AsyncConnection]:
+        async with pass_over_checkpoints(sql) as conn:
+            yield conn
+        # After the pass found the item unlisted, before it is deleted: a request sends it
+        # back by id (``item_reference``).
+        await store.save_response(again, tenant=A)
+
+    monkeypatch.setattr(PurgeSql, "snapshot", then_a_request)
+
+    report = await purge(store, RESPONSES)
+
+    assert report.responses == 1
+    assert report.items == len(own_ids(expired)) - 1
+    kept = await stored(store, again.response["id"])
+    history = await store.load_items(kept.checkpoint_ids, tenant=A)
+    assert [item["id"] for item in history] == kept.checkpoint_ids
+    assert history[0] == sent_back
 
 
 async def test_nothing_expires_without_a_cutoff(store: SqlResponseStore) -> None:
