@@ -19,27 +19,35 @@ every later response of a conversation, list the items of earlier ones), a clien
 back or ``item_reference`` any id it stored, and a conversation lists its items. So the items
 of what steps 1 and 2 remove (every id of their checkpoints, every item of their
 conversations, with the tenant of each) are candidates, and a candidate goes only when no
-stored response and no conversation of its tenant lists it: one pass over the stored
-checkpoints per batch (``json_each`` / ``json_array_elements_text``) and an index lookup in
-``conversation_items``. Another tenant's references neither keep an item nor remove it.
-What is kept stays readable: a kept response's checkpoint, input items and continuation, a
-kept conversation's items. Tool sessions are likewise keyed (tenant, session id): a chain's
-session goes once no response of its tenant belongs to the chain.
+stored response and no conversation of its own tenant lists it; another tenant's references
+neither keep an item nor remove it. The candidates are swept after steps 1 and 2 (and
+whenever ``retention_run.SWEEP_KEYS`` of them are pending): one pass over every stored
+checkpoint (``json_each`` / ``json_array_elements_text``) and an index lookup in
+``conversation_items``, in a read-only snapshot (no lock held: on SQLite saves go on), then
+the unlisted ones are deleted in batches, and each batch first checks again the responses
+created since the pass began (the ``created_at`` index, less a minute for the clocks of
+several gateways) and the conversations, so that what a request started meanwhile lists
+stays. One pass per sweep, not per batch: measured in ``bench/README.md`` ("Issue 17:
+retention"). What is kept stays readable: a kept response's checkpoint, input items and
+continuation, a kept conversation's items. Tool sessions are likewise keyed (tenant, session
+id): a chain's session goes once no response of its tenant belongs to the chain.
 
-Several processes: on PostgreSQL each batch takes a transaction-scoped advisory lock with
-``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge`` returns None
-when that happens before anything was purged); on SQLite the write transaction (``BEGIN
-IMMEDIATE``) serializes them. Rows are chosen by id and age only, so columns added to these
-tables do not change the statements.
+Several processes: on PostgreSQL each write transaction takes a transaction-scoped advisory
+lock with ``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge``
+returns None when that happens before anything was purged); on SQLite the write transaction
+(``BEGIN IMMEDIATE``) serializes them. Rows are chosen by id and age only, so columns added
+to these tables do not change the statements.
 
 What is not guarded: a request that read an expiring response (its ``previous_response_id``)
-before the purge and saves after it lists that response's items, which the purge may have
-removed meanwhile; its continuations then miss them. Only continuations of responses at the
-edge of their retention, started just before a purge, are exposed.
+or an item that only expiring responses list (``item_reference``), started more than a
+minute before a sweep's pass and saving between that pass and the deletion of those items,
+lists items the purge removes; its continuations then miss them. Requests started later
+keep what they list (the check again above). Only long requests on responses at the edge of
+their retention, in flight across a purge, are exposed.
 
 ``dry_run``: the same batches in read-only transactions; what earlier batches would remove
-(``_Gone``) is left out of the references later batches see, so the report is what a purge
-would remove now.
+(``_Gone``) is left out of the references later batches and sweeps see, so the report is
+what a purge would remove now.
 """
 
 from __future__ import annotations
