@@ -10,9 +10,8 @@ removed by (tenant, id), as every other statement of the store names its tenant.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import ColumnElement, Table, delete, func, not_, select, true, tuple_, update
@@ -21,12 +20,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.core.jobs import FINAL_STATUSES
 from app.core.retention import PurgeReport, RetentionCutoffs
 from app.store.retention_sql import Key, PurgeSql, ids_value, keys_value
+from app.store.retention_sweep import Gone, ItemSweep
 from app.store.tables import (
     background_events,
     background_jobs,
     conversation_items,
     conversations,
-    items,
     responses,
     tool_sessions,
 )
@@ -34,12 +33,6 @@ from app.store.tables import (
 # A keyset cursor: the (age, key...) of the last row of a batch; a step starts from ``_START``.
 Cursor = tuple[Any, ...]
 _START: Cursor = ()
-# Candidate items wait for a sweep until this many are pending (one pass over the stored
-# checkpoints per sweep; bounded memory).
-SWEEP_KEYS = 50_000
-# How long before a sweep's pass began a response saved during the sweep may have been
-# created (the clocks of several gateways): such responses are checked again.
-CLOCK_SKEW_SECONDS = 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +42,6 @@ class Protected:
 
     responses: list[Key]
     conversations: list[Key]
-
-
-@dataclass(slots=True)
-class _Gone:
-    """What a dry run has counted as removed so far (a real purge deletes it instead)."""
-
-    responses: list[str] = field(default_factory=list)
-    conversations: list[str] = field(default_factory=list)
-    items: set[Key] = field(default_factory=set)
-    sessions: set[Key] = field(default_factory=set)
 
 
 def _keys(rows: Iterable[Any]) -> set[Key]:
@@ -83,17 +66,16 @@ class PurgeRun:
         self.report = report
         self.dry_run = report.dry_run
         self.protected = protected
-        self.gone = _Gone()
-        # Items of what the steps removed, not swept yet.
-        self.pending: set[Key] = set()
-        self.batches = 0
+        self.gone = Gone()
+        self.items = ItemSweep(sql, report, self.gone, batch_size=batch_size)
+        self._batches_of_steps = 0
 
     async def all_steps(self) -> None:
         if self.cutoffs.responses_before is not None:
             await self._batches(self._responses)
         if self.cutoffs.conversations_before is not None:
             await self._batches(self._conversations)
-        await self._sweep()
+        await self.items.sweep()
         if self.cutoffs.responses_before is not None:
             await self._batches(self._finished_jobs)
             await self._batches(self._stale_sessions)
@@ -107,9 +89,14 @@ class PurgeRun:
         while cursor is not None:
             async with self.sql.transaction(self.dry_run) as conn:
                 cursor = await step(conn, cursor)
-            self.batches += 1
-            if len(self.pending) >= SWEEP_KEYS:
-                await self._sweep()
+            self._batches_of_steps += 1
+            if self.items.due:
+                await self.items.sweep()
+
+    @property
+    def batches(self) -> int:
+        """The transactions the purge has completed."""
+        return self._batches_of_steps + self.items.transactions
 
     def _after(self, columns: Sequence[ColumnElement[Any]], cursor: Cursor) -> ColumnElement[bool]:
         """The rows after ``cursor`` in the order of ``columns`` (all of them at the start)."""
@@ -140,7 +127,7 @@ class PurgeRun:
         listed = sorted(keys)
         if not listed:
             return 0
-        where = self.sql.in_keys(tenant, column, "keys")
+        where = self.sql.in_keys(tenant, column, name="keys")
         return await self._delete(conn, column.table, where, keys=keys_value(listed))
 
     async def _rows(self, conn: AsyncConnection, statement: Any, **values: str) -> set[Key]:
@@ -163,7 +150,7 @@ class PurgeRun:
                 .where(
                     created < self.cutoffs.responses_before,
                     self._after((created, responses.c.id), cursor),
-                    not_(sql.in_keys(responses.c.tenant, responses.c.id, "protected")),
+                    not_(sql.in_keys(responses.c.tenant, responses.c.id, name="protected")),
                 )
                 .order_by(created, responses.c.id)
                 .limit(self.size),
@@ -181,7 +168,7 @@ class PurgeRun:
                 conn, responses.c.tenant, responses.c.id, keys
             )
         await self._remove_jobs(conn, keys)
-        self.pending |= candidates
+        await self.items.add(conn, candidates)
         await self._remove_sessions(conn, await self._without_responses(conn, roots))
         return self._next(rows, 2)
 
@@ -213,7 +200,7 @@ class PurgeRun:
                 .where(
                     active < before,
                     self._after((active, conversations.c.id), cursor),
-                    not_(sql.in_keys(conversations.c.tenant, conversations.c.id, "protected")),
+                    not_(sql.in_keys(conversations.c.tenant, conversations.c.id, name="protected")),
                 )
                 .order_by(active, conversations.c.id)
                 .limit(self.size),
@@ -226,7 +213,7 @@ class PurgeRun:
         candidates = await self._rows(
             conn,
             select(listed.tenant, listed.item_id)
-            .where(sql.in_keys(listed.tenant, listed.conversation_id, "keys"))
+            .where(sql.in_keys(listed.tenant, listed.conversation_id, name="keys"))
             .distinct(),
             keys=keys_value(sorted(keys)),
         )
@@ -239,7 +226,7 @@ class PurgeRun:
                 conn,
                 delete(conversations)
                 .where(
-                    sql.in_keys(conversations.c.tenant, conversations.c.id, "keys"),
+                    sql.in_keys(conversations.c.tenant, conversations.c.id, name="keys"),
                     conversations.c.last_active_at < before,
                 )
                 .returning(conversations.c.tenant, conversations.c.id),
@@ -248,7 +235,7 @@ class PurgeRun:
             await self._remove(conn, listed.tenant, listed.conversation_id, removed)
         self.report.conversations += len(removed)
         await self._remove_sessions(conn, removed)
-        self.pending |= candidates
+        await self.items.add(conn, candidates)
         return self._next(rows, 2)
 
     # ---------------------------------------------------------------- steps 3 and 4
@@ -290,7 +277,7 @@ class PurgeRun:
         of_conversations = await self._rows(
             conn,
             select(conversations.c.tenant, conversations.c.id).where(
-                self.sql.in_keys(conversations.c.tenant, conversations.c.id, "keys"),
+                self.sql.in_keys(conversations.c.tenant, conversations.c.id, name="keys"),
                 not_(self.sql.in_list(conversations.c.id, "gone")),
             ),
             keys=keys_value(sorted(keys)),
@@ -314,14 +301,14 @@ class PurgeRun:
         alive = await self._rows(
             conn,
             select(tenant, responses.c.root_id).where(
-                sql.in_keys(tenant, responses.c.root_id, "roots"), kept
+                sql.in_keys(tenant, responses.c.root_id, name="roots"), kept
             ),
             **values,
         )
         alive |= await self._rows(
             conn,
             select(tenant, responses.c.id).where(
-                sql.in_keys(tenant, responses.c.id, "roots"), kept
+                sql.in_keys(tenant, responses.c.id, name="roots"), kept
             ),
             **values,
         )
@@ -334,44 +321,3 @@ class PurgeRun:
         )
         if self.dry_run:
             self.gone.sessions.update(fresh)
-
-    # ---------------------------------------------------------------- the items' sweep
-
-    async def _sweep(self) -> None:
-        """Remove the pending items that no stored response's checkpoint and no conversation
-        of their own tenant lists: one pass over the checkpoints in a read-only snapshot (no
-        lock held), then deletions in batches, each of which checks again the responses
-        created since the pass began (a request that sends an item back by id meanwhile
-        keeps it) and the conversations."""
-        pending = sorted(self.pending - self.gone.items)
-        self.pending = set()
-        if not pending:
-            return
-        began = int(time.time())
-        async with self.sql.snapshot() as conn:
-            referenced = await self._referenced(conn, pending)
-        unreferenced = [key for key in pending if key not in referenced]
-        for start in range(0, len(unreferenced), self.size):
-            batch = unreferenced[start : start + self.size]
-            async with self.sql.transaction(self.dry_run) as conn:
-                if not self.dry_run:
-                    since = began - CLOCK_SKEW_SECONDS
-                    again = await self._referenced(conn, batch, since=since)
-                    batch = [key for key in batch if key not in again]
-                self.report.items += await self._remove(conn, items.c.tenant, items.c.id, batch)
-            self.batches += 1
-        if self.dry_run:
-            self.gone.items.update(unreferenced)
-
-    async def _referenced(
-        self, conn: AsyncConnection, keys: list[Key], *, since: int | None = None
-    ) -> set[Key]:
-        """The ``keys`` that a response (every one, or those created ``since``) or a
-        conversation of their tenant lists, but for what a dry run counted as gone."""
-        values = {
-            "keys": keys_value(keys),
-            "gone": ids_value(self.gone.responses),
-            "gone_conversations": ids_value(self.gone.conversations),
-        }
-        found = await self._rows(conn, self.sql.in_checkpoints(since=since), **values)
-        return found | await self._rows(conn, self.sql.in_conversations(), **values)

@@ -6,11 +6,12 @@ limit)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Insert,
     Select,
     String,
     bindparam,
@@ -22,12 +23,12 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy import tuple_ as row
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.store.engine import json_dumps
 from app.store.sql_database import SqlDatabase
-from app.store.tables import conversation_items, responses
+from app.store.tables import conversation_items, purge_candidates, responses
 
 # The advisory lock of a purge batch (PostgreSQL): "respgate" + 1 (migrations take "respgate").
 PG_PURGE_LOCK = 0x7265_7370_6761_7466
@@ -46,8 +47,9 @@ def ids_value(ids: Iterable[str]) -> str:
     return json_dumps(list(ids))
 
 
-def keys_value(keys: Iterable[Key]) -> str:
-    """(tenant, id) keys as the JSON array (of pairs) parameter ``in_keys`` reads."""
+def keys_value(keys: Iterable[Sequence[str]]) -> str:
+    """(tenant, id) keys (or longer rows of text) as the JSON array (of arrays) parameter
+    ``in_keys`` reads."""
     return json_dumps([list(key) for key in keys])
 
 
@@ -87,26 +89,43 @@ class PurgeSql:
         """``column IN`` the ids of the JSON array parameter ``name`` (``ids_value``)."""
         return column.in_(select(self.elements(self._param(name)).c.value))
 
-    def in_keys(
-        self, tenant: ColumnElement[Any], column: ColumnElement[Any], name: str
-    ) -> ColumnElement[bool]:
-        """``(tenant, column) IN`` the keys of the JSON parameter ``name`` (``keys_value``).
-        An index on ``column`` alone serves it too (both databases search by its prefix)."""
-        return row(tenant, column).in_(self.keys(name))
+    def in_keys(self, *columns: ColumnElement[Any], name: str) -> ColumnElement[bool]:
+        """``(columns...) IN`` the rows of the JSON parameter ``name`` (``keys_value``): (tenant,
+        id) keys, or longer rows. An index on the id column alone serves it too (both
+        databases search by its prefix)."""
+        return row(*columns).in_(self.keys(name, len(columns)))
 
-    def keys(self, name: str) -> Select[Any]:
-        """The (tenant, id) rows of the JSON parameter ``name`` (``keys_value``)."""
+    def keys(self, name: str, width: int = 2) -> Select[Any]:
+        """The rows (``width`` text columns) of the JSON parameter ``name`` (``keys_value``)."""
         columns: list[ColumnElement[Any]]
         if self.postgres:
             pairs = func.json_array_elements(self._param(name)).table_valued("value")
             columns = [
                 pairs.c.value.op("->>", return_type=String)(literal_column(str(index)))
-                for index in (0, 1)
+                for index in range(width)
             ]
         else:
             pairs = func.json_each(self._param(name)).table_valued("value")
-            columns = [func.json_extract(pairs.c.value, f"$[{index}]") for index in (0, 1)]
+            columns = [func.json_extract(pairs.c.value, f"$[{index}]") for index in range(width)]
         return select(*columns).select_from(pairs)
+
+    def add_candidates(self) -> Insert:
+        """Put the keys of the parameter ``keys`` (distinct) in ``purge_candidates`` with the
+        parameter ``token``, or give a row already there that token."""
+        table = purge_candidates
+        rows = self.keys("keys").add_columns(bindparam("token", type_=String))
+        if self.postgres:
+            insert: Any = postgresql.insert(table)
+        else:
+            # WHERE: SQLite's parser would take ON CONFLICT for a join's ON otherwise.
+            rows = rows.where(true())
+            insert = sqlite.insert(table)
+        statement = insert.from_select(["tenant", "item_id", "token"], rows)
+        updated: Insert = statement.on_conflict_do_update(
+            index_elements=[table.c.tenant, table.c.item_id],
+            set_={"token": statement.excluded.token},
+        )
+        return updated
 
     def elements(self, array: ColumnElement[Any]) -> Any:
         """The elements of a JSON array (a column or a parameter) as text rows (``value``)."""
@@ -136,7 +155,7 @@ class PurgeSql:
         pairs = expanded.subquery()
         return (
             select(pairs.c.tenant, pairs.c.item_id)
-            .where(self.in_keys(pairs.c.tenant, pairs.c.item_id, "keys"))
+            .where(self.in_keys(pairs.c.tenant, pairs.c.item_id, name="keys"))
             .distinct()
         )
 
@@ -148,7 +167,7 @@ class PurgeSql:
         return (
             select(listed.tenant, listed.item_id)
             .where(
-                self.in_keys(listed.tenant, listed.item_id, "keys"),
+                self.in_keys(listed.tenant, listed.item_id, name="keys"),
                 not_(self.in_list(listed.conversation_id, "gone_conversations")),
             )
             .distinct()

@@ -8,6 +8,7 @@ the clock.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -15,17 +16,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.jobs import BackgroundJob, LoggedEvent
 from app.core.ports import NewResponse, StoredResponse
 from app.core.retention import PurgeReport, RetentionCutoffs
 from app.protocol.json_types import JsonObject
-from app.store import retention_run
+from app.store import retention_sweep
 from app.store.retention import SqlRetention
-from app.store.retention_run import SWEEP_KEYS
 from app.store.retention_sql import PG_PURGE_LOCK, PurgeSql
+from app.store.retention_sweep import SWEEP_KEYS, ItemSweep
 from app.store.sql import SqlResponseStore
 from app.store.tables import (
     background_events,
@@ -33,6 +34,7 @@ from app.store.tables import (
     conversation_items,
     conversations,
     items,
+    purge_candidates,
     responses,
     tool_sessions,
 )
@@ -48,6 +50,7 @@ BOTH = RetentionCutoffs(responses_before=CUTOFF, conversations_before=CUTOFF)
 TABLES = (
     responses,
     items,
+    purge_candidates,
     conversations,
     conversation_items,
     background_jobs,
@@ -501,7 +504,7 @@ async def test_a_dry_run_changes_nothing_and_reports_what_the_purge_then_removes
     store: SqlResponseStore, batch_size: int, sweep_keys: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Small sweeps: the items are swept between the batches of the steps, not only after.
-    monkeypatch.setattr(retention_run, "SWEEP_KEYS", sweep_keys)
+    monkeypatch.setattr(retention_sweep, "SWEEP_KEYS", sweep_keys)
     await build_mixed(store)
     before = await counts(store)
 
@@ -545,6 +548,57 @@ async def test_an_item_sent_back_while_the_items_are_swept_stays(
     history = await store.load_items(kept.checkpoint_ids, tenant=A)
     assert [item["id"] for item in history] == kept.checkpoint_ids
     assert history[0] == sent_back
+
+
+async def test_a_purge_stopped_before_its_sweep_leaves_the_items_to_the_next(
+    store: SqlResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [expired] = await save_chain(store, [OLD])
+
+    async def stopped(_sweep: ItemSweep) -> None:
+        raise asyncio.CancelledError  # the gateway stopping
+
+    with monkeypatch.context() as patched:
+        patched.setattr(ItemSweep, "sweep", stopped)
+        with pytest.raises(asyncio.CancelledError):
+            await purge(store, RESPONSES)
+    assert await store.get_response(expired.response["id"], tenant=A) is None
+    assert (await counts(store))["purge_candidates"] == len(own_ids(expired))
+
+    dry = await purge(store, RESPONSES, dry_run=True)
+    report = await purge(store, RESPONSES)
+
+    assert dry.counts() == report.counts()
+    assert (report.responses, report.items) == (0, len(own_ids(expired)))
+    assert await stored_item_ids(store, own_ids(expired)) == set()
+    assert (await counts(store))["purge_candidates"] == 0
+
+
+async def test_a_candidate_another_purge_adds_again_meanwhile_waits_for_the_next_sweep(
+    store: SqlResponseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, child = await save_chain(store, [OLD, NEW])
+    pass_over_checkpoints = PurgeSql.snapshot
+
+    @contextlib.asynccontextmanager
+    async def then_another_purge(sql: PurgeSql) -> AsyncIterator[AsyncConnection]:
+        async with pass_over_checkpoints(sql) as conn:
+            yield conn
+        # The pass found the root's items listed by the child; another process purges the
+        # child now and makes them candidates again (a token of its own).
+        await execute(store, delete(responses).where(responses.c.id == child.response["id"]))
+        await execute(store, update(purge_candidates).values(token="another purge"))
+
+    with monkeypatch.context() as patched:
+        patched.setattr(PurgeSql, "snapshot", then_another_purge)
+        report = await purge(store, RESPONSES)
+    assert (report.responses, report.items) == (1, 0)
+    assert (await counts(store))["purge_candidates"] == len(own_ids(root))
+
+    report = await purge(store, RESPONSES)
+
+    assert report.items == len(own_ids(root))
+    assert (await counts(store))["purge_candidates"] == 0
 
 
 async def test_nothing_expires_without_a_cutoff(store: SqlResponseStore) -> None:
