@@ -20,17 +20,19 @@ back or ``item_reference`` any id it stored, and a conversation lists its items.
 of what steps 1 and 2 remove (every id of their checkpoints, every item of their
 conversations, with the tenant of each) are candidates, and a candidate goes only when no
 stored response and no conversation of its own tenant lists it; another tenant's references
-neither keep an item nor remove it. The candidates are swept after steps 1 and 2 (and
-whenever ``retention_run.SWEEP_KEYS`` of them are pending): one pass over every stored
-checkpoint (``json_each`` / ``json_array_elements_text``) and an index lookup in
-``conversation_items``, in a read-only snapshot (no lock held: on SQLite saves go on), then
-the unlisted ones are deleted in batches, and each batch first checks again the responses
-created since the pass began (the ``created_at`` index, less a minute for the clocks of
-several gateways) and the conversations, so that what a request started meanwhile lists
-stays. One pass per sweep, not per batch: measured in ``bench/README.md`` ("Issue 17:
-retention"). What is kept stays readable: a kept response's checkpoint, input items and
-continuation, a kept conversation's items. Tool sessions are likewise keyed (tenant, session
-id): a chain's session goes once no response of its tenant belongs to the chain.
+neither keep an item nor remove it. The candidates are written to ``purge_candidates`` in
+the transaction that removes what listed them (a purge stopped before its sweep leaves them
+to the next one) and swept (``retention_sweep``) after steps 1 and 2, and whenever 50,000 are
+waiting: one pass over every stored checkpoint (``json_each`` /
+``json_array_elements_text``) and an index lookup in ``conversation_items``, in a read-only
+snapshot (no lock held: on SQLite saves go on), then the unlisted ones are deleted in
+batches, each of which first checks again the responses created since the pass began (the
+``created_at`` index, less a minute for the clocks of several gateways) and the
+conversations, so that what a request started meanwhile lists stays. One pass per sweep, not
+per batch: measured in ``bench/README.md`` ("Issue 17: retention"). What is kept stays
+readable: a kept response's checkpoint, input items and continuation, a kept conversation's
+items. Tool sessions are likewise keyed (tenant, session id): a chain's session goes once no
+response of its tenant belongs to the chain.
 
 Several processes: on PostgreSQL each write transaction takes a transaction-scoped advisory
 lock with ``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge``
