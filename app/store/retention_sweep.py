@@ -4,7 +4,7 @@ The steps hand the sweep the items of what they remove (``add``, in the transact
 removes them): a real purge writes them to ``purge_candidates`` there, so that a purge
 interrupted before its sweep (another process took the lock, the gateway stopped) leaves them
 to the next purge; a dry run keeps them in memory. ``sweep`` then takes the candidates
-``SWEEP_KEYS`` at a time (the table's, by key, and a dry run's own), checks which ones a
+``PASS_KEYS`` at a time (the table's, by key, and a dry run's own), checks which ones a
 stored response or conversation of their tenant lists with one pass over every stored
 checkpoint in a read-only snapshot, and deletes the others in transactions of ``batch_size``
 keys, each checking again first the responses created since the pass began and the
@@ -26,9 +26,11 @@ from app.core.retention import PurgeReport
 from app.store.retention_sql import Key, PurgeSql, ids_value, keys_value
 from app.store.tables import items, purge_candidates
 
-# Candidates a sweep takes at a time (one pass over the stored checkpoints each; bounded
-# memory); a purge sweeps when this many are waiting, and after its steps.
+# A purge sweeps when this many candidates were added (and after its steps); one pass over
+# the stored checkpoints takes up to ``PASS_KEYS`` of them (bounded memory), so that a sweep
+# is one pass even with some left over from an earlier purge.
 SWEEP_KEYS = 50_000
+PASS_KEYS = 2 * SWEEP_KEYS
 # How long before a sweep's pass began a response saved during the sweep may have been
 # created (the clocks of several gateways): such responses are checked again.
 CLOCK_SKEW_SECONDS = 60
@@ -85,8 +87,8 @@ class ItemSweep:
         self.added = 0
         mine = sorted(self.pending - self.gone.items)
         self.pending = set()
-        for start in range(0, len(mine), SWEEP_KEYS):
-            chunk = mine[start : start + SWEEP_KEYS]
+        for start in range(0, len(mine), PASS_KEYS):
+            chunk = mine[start : start + PASS_KEYS]
             async with self.sql.snapshot() as conn:
                 listed = await self.referenced(conn, chunk)
             await self._remove(chunk, listed, None, began=int(time.time()))
@@ -98,12 +100,12 @@ class ItemSweep:
                 chunk = [key for key in tokens if key not in self.gone.items]
                 listed = await self.referenced(conn, chunk)
             await self._remove(chunk, listed, tokens, began=began)
-            if len(tokens) < SWEEP_KEYS:
+            if len(tokens) < PASS_KEYS:
                 return
             after = list(tokens)[-1]
 
     async def _candidates(self, conn: AsyncConnection, after: Key | None) -> dict[Key, str]:
-        """The next ``SWEEP_KEYS`` rows of ``purge_candidates`` after the key ``after``: their
+        """The next ``PASS_KEYS`` rows of ``purge_candidates`` after the key ``after``: their
         tokens by key."""
         table = purge_candidates.c
         key = tuple_(table.tenant, table.item_id)
@@ -111,7 +113,7 @@ class ItemSweep:
             select(table.tenant, table.item_id, table.token)
             .where(key > tuple_(*after) if after else true())
             .order_by(table.tenant, table.item_id)
-            .limit(SWEEP_KEYS)
+            .limit(PASS_KEYS)
         )
         return {(str(row[0]), str(row[1])): str(row[2]) for row in result}
 

@@ -26,7 +26,7 @@ from app.protocol.json_types import JsonObject
 from app.store import retention_sweep
 from app.store.retention import SqlRetention
 from app.store.retention_sql import PG_PURGE_LOCK, PurgeSql
-from app.store.retention_sweep import SWEEP_KEYS, ItemSweep
+from app.store.retention_sweep import PASS_KEYS, SWEEP_KEYS, ItemSweep
 from app.store.sql import SqlResponseStore
 from app.store.tables import (
     background_events,
@@ -499,12 +499,20 @@ async def build_mixed(store: SqlResponseStore) -> None:
     await make_conversation(store, NEW, B, opener="msg_1")
 
 
-@pytest.mark.parametrize(("batch_size", "sweep_keys"), [(1, 1), (3, 2), (500, SWEEP_KEYS)])
+@pytest.mark.parametrize(
+    ("batch_size", "sweep_keys", "pass_keys"), [(1, 1, 1), (3, 2, 3), (500, SWEEP_KEYS, PASS_KEYS)]
+)
 async def test_a_dry_run_changes_nothing_and_reports_what_the_purge_then_removes(
-    store: SqlResponseStore, batch_size: int, sweep_keys: int, monkeypatch: pytest.MonkeyPatch
+    store: SqlResponseStore,
+    batch_size: int,
+    sweep_keys: int,
+    pass_keys: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Small sweeps: the items are swept between the batches of the steps, not only after.
+    # Small sweeps and passes: the items are swept between the batches of the steps, not only
+    # after them, and a sweep pages through the candidates.
     monkeypatch.setattr(retention_sweep, "SWEEP_KEYS", sweep_keys)
+    monkeypatch.setattr(retention_sweep, "PASS_KEYS", pass_keys)
     await build_mixed(store)
     before = await counts(store)
 
