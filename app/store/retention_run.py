@@ -1,5 +1,5 @@
-"""The steps of one purge (``app.store.retention``, whose docstring says what goes and why), and
-the sweep of the items they leave behind.
+"""The steps of one purge (``app.store.retention``, whose docstring says what goes and why); the
+items they leave behind are swept by ``retention_sweep``.
 
 Tenancy: items and tool sessions are keyed by (tenant, id), so every step works on such keys
 (``retention_sql.Key``): an expired response's checkpoint names its own tenant's items, a

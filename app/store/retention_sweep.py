@@ -90,7 +90,7 @@ class ItemSweep:
         for start in range(0, len(mine), PASS_KEYS):
             chunk = mine[start : start + PASS_KEYS]
             async with self.sql.snapshot() as conn:
-                listed = await self.referenced(conn, chunk)
+                listed = await self._referenced(conn, chunk)
             await self._remove(chunk, listed, None, began=int(time.time()))
         after: Key | None = None
         while True:
@@ -98,7 +98,7 @@ class ItemSweep:
             async with self.sql.snapshot() as conn:
                 tokens = await self._candidates(conn, after)
                 chunk = [key for key in tokens if key not in self.gone.items]
-                listed = await self.referenced(conn, chunk)
+                listed = await self._referenced(conn, chunk)
             await self._remove(chunk, listed, tokens, began=began)
             if len(tokens) < PASS_KEYS:
                 return
@@ -129,7 +129,7 @@ class ItemSweep:
                 doomed = unlisted
                 if not self.dry_run and unlisted:
                     since = began - CLOCK_SKEW_SECONDS
-                    again = await self.referenced(conn, unlisted, since=since)
+                    again = await self._referenced(conn, unlisted, since=since)
                     doomed = [key for key in unlisted if key not in again]
                 self.report.items += await self._delete_items(conn, doomed)
                 if tokens is not None and not self.dry_run:
@@ -158,7 +158,7 @@ class ItemSweep:
             values = {"rows": keys_value([(*key, token) for key, token in rows])}
             await conn.execute(delete(purge_candidates).where(where), values)
 
-    async def referenced(
+    async def _referenced(
         self, conn: AsyncConnection, keys: list[Key], *, since: int | None = None
     ) -> set[Key]:
         """The ``keys`` that a response (every one, or those created ``since``) or a
