@@ -1,7 +1,8 @@
 """Retention end to end, through the ``openai`` SDK on SQLite and on a real PostgreSQL:
 ``respgate purge`` (``--dry-run`` changes nothing and reports; the purge removes an expired
 response and leaves the continuation of a kept one whole; a background response goes with
-its event log), and the gateway's own periodic purge.
+its event log; two tenants with gateway keys each store an item ``msg_1``, and one's expiry
+takes its own only), and the gateway's own periodic purge.
 
 Responses are made old by moving their ``created_at`` (and their job's times) back in the
 database, so nothing waits on the clock.
@@ -19,6 +20,7 @@ import pytest
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
+from starlette.testclient import TestClient
 
 from app.cli import main
 from app.main import create_app
@@ -27,11 +29,13 @@ from app.settings import Settings, load_settings
 from app.store.migrate import upgrade_to_head
 from app.store.tables import background_events, background_jobs, responses
 from tests.fakes import ScriptedUpstream, message
-from tests.helpers import in_process, openai_client
+from tests.helpers import IN_PROCESS_URL, in_process, openai_client
 from tests.postgres import run_in_thread, throwaway_database
 
 LONG_AGO = 1_000_000  # 1970: older than any retention
 DEADLINE = 30.0
+# Two tenants' gateway keys ([auth] keys).
+KEYS = {"team-a": "rg-team-a-retention-test-key", "team-b": "rg-team-b-retention-test-key"}
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -122,6 +126,60 @@ def test_purge_removes_an_expired_response_and_keeps_the_continuation_of_a_kept_
         assert "removed 2 responses, 0 conversations, 6 items, " in out
         with pytest.raises(openai.BadRequestError, match="not found"):
             client.responses.create(model="m", input="fourth", previous_response_id=third.id)
+
+
+def client_of(http: TestClient, tenant: str) -> openai.OpenAI:
+    """The ``openai`` SDK with ``tenant``'s gateway key."""
+    return openai.OpenAI(
+        base_url=f"{IN_PROCESS_URL}/v1", api_key=KEYS[tenant], max_retries=0, http_client=http
+    )
+
+
+def user(text: str, item_id: str) -> Any:
+    """A user message with a client-chosen id (``Any``: the SDK's item types have no ``id``)."""
+    return {"type": "message", "role": "user", "content": text, "id": item_id}
+
+
+MSG_1: Any = [{"type": "item_reference", "id": "msg_1"}]
+
+
+def test_purge_takes_one_tenants_expired_msg_1_and_leaves_anothers(
+    database_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upstream = ScriptedUpstream(
+        [[message("A's answer")], [message("B's answer")], [message("B's next")]]
+    )
+    keys = [{"tenant": tenant, "key": key} for tenant, key in KEYS.items()]
+    settings = Settings(database_url=database_url, auth={"mode": "on", "keys": keys})
+    with in_process(create_app(settings, upstream=upstream)) as http:
+        a, b = client_of(http, "team-a"), client_of(http, "team-b")
+        # Each tenant stores its own msg_1 (a conversation keeps client ids), sends it in a
+        # response by reference, and deletes the conversation: its response lists it alone.
+        first = {}
+        for client, words in ((a, "A's words"), (b, "B's words")):
+            conversation = client.conversations.create(items=[user(words, "msg_1")])
+            first[client] = client.responses.create(model="m", input=MSG_1)
+            client.conversations.delete(conversation.id)
+        assert user_texts(upstream.requests[1]) == ["B's words"]
+        age(database_url, first[a].id)
+
+        dry = purge(database_url, capsys, "--older-than", "30d", "--dry-run")
+        assert "would remove 1 response, 0 conversations, 2 items, 0 background jobs, " in dry
+        out = purge(database_url, capsys, "--older-than", "30d")
+        assert "removed 1 response, 0 conversations, 2 items, 0 background jobs, " in out
+
+        with pytest.raises(openai.NotFoundError):
+            a.responses.retrieve(first[a].id)
+        with pytest.raises(openai.NotFoundError, match="msg_1"):
+            a.responses.create(model="m", input=MSG_1)
+        # B's msg_1, and B's response that lists it, are whole; B continues from it.
+        listed = b.responses.input_items.list(first[b].id)
+        assert [item.id for item in listed.data] == ["msg_1"]
+        assert [item.content[0].text for item in listed.data] == ["B's words"]  # type: ignore[union-attr]
+        following = b.responses.create(model="m", input="next", previous_response_id=first[b].id)
+        assert following.output_text == "B's next"
+        assert user_texts(upstream.requests[-1]) == ["B's words", "B's answer", "next"]
+        assert len(upstream.requests) == 3
 
 
 def wait_for(client: openai.OpenAI, response_id: str, status: str) -> None:

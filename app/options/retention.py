@@ -31,7 +31,7 @@ class RetentionSettings(BaseModel):
     conversations_days: float | None = Field(default=None, gt=0)
     # How often each gateway process purges (when one of the above is set).
     purge_interval_minutes: float = Field(default=60.0, gt=0)
-    # Responses (or conversations) one purge transaction removes.
+    # Responses, conversations (or items) one purge transaction removes.
     purge_batch_size: int = Field(default=500, ge=1, le=10_000)
 
     @property

@@ -13,30 +13,43 @@ A purge runs four steps, each in batches of ``batch_size`` rows, one transaction
 4. tool sessions not updated since the responses' cut-off that belong to nothing left: a chain
    with no response (``root_id``) and no conversation of that id.
 
-Items are shared by id: a response's checkpoint lists every item of its history (so its
-children, and every later response of a conversation, list the items of earlier ones), a
-client may send back or ``item_reference`` any stored id, and a conversation lists its items.
-So the items of what steps 1 and 2 remove (every id of their checkpoints, every item of their
-conversations) are candidates, and a candidate goes only when no stored response's checkpoint
-and no conversation lists it: one pass over the stored checkpoints per batch
-(``json_each`` / ``json_array_elements_text``) and an index lookup in ``conversation_items``.
-What is kept stays readable: a kept response's checkpoint, input items and continuation, a
-kept conversation's items.
+Items are shared by id within their tenant (keyed (tenant, id): another tenant's ``msg_1`` is
+another item): a response's checkpoint lists every item of its history (so its children, and
+every later response of a conversation, list the items of earlier ones), a client may send
+back or ``item_reference`` any id it stored, and a conversation lists its items. So the items
+of what steps 1 and 2 remove (every id of their checkpoints, every item of their
+conversations, with the tenant of each) are candidates, and a candidate goes only when no
+stored response and no conversation of its own tenant lists it; another tenant's references
+neither keep an item nor remove it. The candidates are written to ``purge_candidates`` in
+the transaction that removes what listed them (a purge stopped before its sweep leaves them
+to the next one) and swept (``retention_sweep``) after steps 1 and 2, and whenever 50,000 are
+waiting: one pass over every stored checkpoint (``json_each`` /
+``json_array_elements_text``) and an index lookup in ``conversation_items``, in a read-only
+snapshot (no lock held: on SQLite saves go on), then the unlisted ones are deleted in
+batches, each of which first checks again the responses created since the pass began (the
+``created_at`` index, less a minute for the clocks of several gateways) and the
+conversations, so that what a request started meanwhile lists stays. One pass per sweep, not
+per batch: measured in ``bench/README.md`` ("Issue 17: retention"). What is kept stays
+readable: a kept response's checkpoint, input items and continuation, a kept conversation's
+items. Tool sessions are likewise keyed (tenant, session id): a chain's session goes once no
+response of its tenant belongs to the chain.
 
-Several processes: on PostgreSQL each batch takes a transaction-scoped advisory lock with
-``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge`` returns None
-when that happens before anything was purged); on SQLite the write transaction (``BEGIN
-IMMEDIATE``) serializes them. Rows are chosen by id and age only, so columns added to these
-tables do not change the statements.
+Several processes: on PostgreSQL each write transaction takes a transaction-scoped advisory
+lock with ``pg_try_advisory_xact_lock`` and stops when another process holds it (``purge``
+returns None when that happens before anything was purged); on SQLite the write transaction
+(``BEGIN IMMEDIATE``) serializes them. Rows are chosen by id and age only, so columns added
+to these tables do not change the statements.
 
 What is not guarded: a request that read an expiring response (its ``previous_response_id``)
-before the purge and saves after it lists that response's items, which the purge may have
-removed meanwhile; its continuations then miss them. Only continuations of responses at the
-edge of their retention, started just before a purge, are exposed.
+or an item that only expiring responses list (``item_reference``), started more than a
+minute before a sweep's pass and saving between that pass and the deletion of those items,
+lists items the purge removes; its continuations then miss them. Requests started later
+keep what they list (the check again above). Only long requests on responses at the edge of
+their retention, in flight across a purge, are exposed.
 
 ``dry_run``: the same batches in read-only transactions; what earlier batches would remove
-(``_Gone``) is left out of the references later batches see, so the report is what a purge
-would remove now.
+(``_Gone``) is left out of the references later batches and sweeps see, so the report is
+what a purge would remove now.
 """
 
 from __future__ import annotations
@@ -49,7 +62,8 @@ from sqlalchemy import select
 from app.core.jobs import ACTIVE_STATUSES
 from app.core.ports import ResponseStore
 from app.core.retention import PeriodicPurge, PurgeReport, RetentionCutoffs, RetentionPolicy
-from app.store.retention_run import Protected, PurgeLockedError, PurgeRun, PurgeSql
+from app.store.retention_run import Protected, PurgeRun
+from app.store.retention_sql import Key, PurgeLockedError, PurgeSql
 from app.store.sql import SqlResponseStore
 from app.store.sql_database import SqlDatabase
 from app.store.tables import background_jobs
@@ -79,20 +93,21 @@ class SqlRetention:
 
     async def _protected(self) -> Protected:
         """What the active background jobs continue (their ``previous_response_id`` and
-        ``conversation``): kept while they run."""
+        ``conversation``, their tenant's): kept while they run."""
         async with self._db.read() as conn:
             rows = await conn.execute(
-                select(background_jobs.c.request).where(
+                select(background_jobs.c.tenant, background_jobs.c.request).where(
                     background_jobs.c.status.in_(sorted(ACTIVE_STATUSES))
                 )
             )
-            requests = [row[0] for row in rows if isinstance(row[0], dict)]
-        previous = {r.get("previous_response_id") for r in requests}
-        conversation = {_conversation_id(r.get("conversation")) for r in requests}
-        return Protected(
-            responses=sorted(x for x in previous if isinstance(x, str)),
-            conversations=sorted(x for x in conversation if x is not None),
-        )
+            requests = [(str(row[0]), row[1]) for row in rows if isinstance(row[1], dict)]
+        previous = {(t, r.get("previous_response_id")) for t, r in requests}
+        conversation = {(t, _conversation_id(r.get("conversation"))) for t, r in requests}
+        return Protected(responses=_known(previous), conversations=_known(conversation))
+
+
+def _known(keys: set[tuple[str, Any]]) -> list[Key]:
+    return sorted((tenant, value) for tenant, value in keys if isinstance(value, str))
 
 
 def _conversation_id(value: Any) -> str | None:

@@ -1,107 +1,51 @@
-"""The steps of one purge (``app.store.retention``, whose docstring says what goes and why),
-and the SQL they share: JSON-array parameters, transactions under the purge lock."""
+"""The steps of one purge (``app.store.retention``, whose docstring says what goes and why); the
+items they leave behind are swept by ``retention_sweep``.
+
+Tenancy: items and tool sessions are keyed by (tenant, id), so every step works on such keys
+(``retention_sql.Key``): an expired response's checkpoint names its own tenant's items, a
+chain's session is its tenant's, and an item is kept only by what its own tenant keeps.
+Responses, conversations and background jobs have ids unique across tenants; they are still
+removed by (tenant, id), as every other statement of the store names its tenant.
+"""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    String,
-    Table,
-    bindparam,
-    cast,
-    delete,
-    func,
-    not_,
-    select,
-    true,
-    tuple_,
-    update,
-)
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import ColumnElement, Table, delete, func, not_, select, true, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.core.jobs import FINAL_STATUSES
 from app.core.retention import PurgeReport, RetentionCutoffs
-from app.store.engine import json_dumps
-from app.store.sql_database import SqlDatabase
+from app.store.retention_sql import Key, PurgeSql, ids_value, keys_value
+from app.store.retention_sweep import Gone, ItemSweep
 from app.store.tables import (
     background_events,
     background_jobs,
     conversation_items,
     conversations,
-    items,
     responses,
     tool_sessions,
 )
 
-# The advisory lock of a purge batch (PostgreSQL): "respgate" + 1 (migrations take "respgate").
-PG_PURGE_LOCK = 0x7265_7370_6761_7466
-# Keyset cursors (age, id) start below every row.
-Cursor = tuple[int, str]
-_START: Cursor = (-(2**62), "")
-
-
-class PurgeLockedError(Exception):
-    """Another process holds the purge lock (PostgreSQL)."""
+# A keyset cursor: the (age, key...) of the last row of a batch; a step starts from ``_START``.
+Cursor = tuple[Any, ...]
+_START: Cursor = ()
 
 
 @dataclass(frozen=True, slots=True)
 class Protected:
-    """What active background jobs continue: their previous responses and conversations."""
+    """What active background jobs continue: their tenants' previous responses and
+    conversations."""
 
-    responses: list[str]
-    conversations: list[str]
-
-
-@dataclass(slots=True)
-class _Gone:
-    """What a dry run has counted as removed so far (a real purge deletes it instead)."""
-
-    responses: list[str] = field(default_factory=list)
-    conversations: list[str] = field(default_factory=list)
-    items: set[str] = field(default_factory=set)
-    sessions: set[str] = field(default_factory=set)
+    responses: list[Key]
+    conversations: list[Key]
 
 
-class PurgeSql:
-    """The SQL the steps share, on one ``SqlDatabase``."""
-
-    def __init__(self, db: SqlDatabase) -> None:
-        self._db = db
-        self._postgres = not db.is_sqlite
-
-    @contextlib.asynccontextmanager
-    async def transaction(self, dry_run: bool) -> AsyncIterator[AsyncConnection]:
-        """A read-only one for a dry run; else a write transaction holding the purge lock
-        (PostgreSQL; ``PurgeLockedError`` when another process holds it)."""
-        if dry_run:
-            async with self._db.read() as conn:
-                yield conn
-            return
-        async with self._db.write() as conn:
-            if self._postgres and not await conn.scalar(
-                select(func.pg_try_advisory_xact_lock(PG_PURGE_LOCK))
-            ):
-                raise PurgeLockedError
-            yield conn
-
-    def in_list(self, column: ColumnElement[Any], name: str) -> ColumnElement[bool]:
-        """``column IN`` the elements of the JSON array parameter ``name``."""
-        param: ColumnElement[Any] = bindparam(name, type_=String)
-        if self._postgres:
-            param = cast(param, postgresql.JSON)
-        return column.in_(select(self.elements(param).c.value))
-
-    def elements(self, array: ColumnElement[Any]) -> Any:
-        """The elements of a JSON array (a column or a parameter) as text rows (``value``)."""
-        if self._postgres:
-            return func.json_array_elements_text(array).table_valued("value")
-        return func.json_each(array).table_valued("value")
+def _keys(rows: Iterable[Any]) -> set[Key]:
+    return {(str(row[0]), str(row[1])) for row in rows}
 
 
 class PurgeRun:
@@ -122,14 +66,16 @@ class PurgeRun:
         self.report = report
         self.dry_run = report.dry_run
         self.protected = protected
-        self.gone = _Gone()
-        self.batches = 0
+        self.gone = Gone()
+        self.items = ItemSweep(sql, report, self.gone, batch_size=batch_size)
+        self._batches_of_steps = 0
 
     async def all_steps(self) -> None:
         if self.cutoffs.responses_before is not None:
             await self._batches(self._responses)
         if self.cutoffs.conversations_before is not None:
             await self._batches(self._conversations)
+        await self.items.sweep()
         if self.cutoffs.responses_before is not None:
             await self._batches(self._finished_jobs)
             await self._batches(self._stale_sessions)
@@ -143,65 +89,96 @@ class PurgeRun:
         while cursor is not None:
             async with self.sql.transaction(self.dry_run) as conn:
                 cursor = await step(conn, cursor)
-            self.batches += 1
+            self._batches_of_steps += 1
+            if self.items.due:
+                await self.items.sweep()
 
-    def _values(self, **lists: Sequence[str]) -> dict[str, str]:
-        return {name: json_dumps(list(values)) for name, values in lists.items()}
+    @property
+    def batches(self) -> int:
+        """The transactions the purge has completed."""
+        return self._batches_of_steps + self.items.transactions
 
-    async def _remove(self, conn: AsyncConnection, column: Any, ids: Sequence[str]) -> int:
-        """Delete the rows of ``column``'s table whose ``column`` is in ``ids`` (a dry run
-        counts them); how many."""
-        if not ids:
-            return 0
-        table: Table = column.table
-        where = self.sql.in_list(column, "ids")
-        values = self._values(ids=ids)
+    def _after(self, columns: Sequence[ColumnElement[Any]], cursor: Cursor) -> ColumnElement[bool]:
+        """The rows after ``cursor`` in the order of ``columns`` (all of them at the start)."""
+        return tuple_(*columns) > tuple_(*cursor) if cursor else true()
+
+    def _next(self, rows: Sequence[Any], width: int) -> Cursor | None:
+        """The cursor after ``rows`` (their first ``width`` columns: age and key), or None
+        when they were the last ones."""
+        if len(rows) < self.size:
+            return None
+        return tuple(rows[-1][:width])
+
+    async def _delete(
+        self, conn: AsyncConnection, table: Table, where: ColumnElement[bool], **values: str
+    ) -> int:
+        """Delete ``table``'s rows ``where`` says (a dry run counts them); how many."""
         if self.dry_run:
             count = await conn.scalar(select(func.count()).select_from(table).where(where), values)
             return int(count or 0)
         result = await conn.execute(delete(table).where(where), values)
         return int(result.rowcount or 0)
 
-    def _next(self, rows: Sequence[Any]) -> Cursor | None:
-        """The cursor after ``rows`` (age, id), or None when they were the last ones."""
-        if len(rows) < self.size:
-            return None
-        age, row_id = rows[-1][1], rows[-1][0]
-        return (int(age), str(row_id))
+    async def _remove(
+        self, conn: AsyncConnection, tenant: Any, column: Any, keys: Iterable[Key]
+    ) -> int:
+        """Delete the rows of ``column``'s table whose (``tenant``, ``column``) is one of
+        ``keys`` (a dry run counts them); how many."""
+        listed = sorted(keys)
+        if not listed:
+            return 0
+        where = self.sql.in_keys(tenant, column, name="keys")
+        return await self._delete(conn, column.table, where, keys=keys_value(listed))
+
+    async def _rows(self, conn: AsyncConnection, statement: Any, **values: str) -> set[Key]:
+        """The (tenant, id) rows of ``statement``."""
+        return _keys(await conn.execute(statement, values))
 
     # ---------------------------------------------------------------- step 1: responses
 
     async def _responses(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
-        sql = self.sql
-        created = responses.c.created_at
+        sql, created = self.sql, responses.c.created_at
         rows = (
             await conn.execute(
-                select(responses.c.id, created, responses.c.checkpoint_ids, responses.c.root_id)
+                select(
+                    created,
+                    responses.c.id,
+                    responses.c.tenant,
+                    responses.c.checkpoint_ids,
+                    responses.c.root_id,
+                )
                 .where(
                     created < self.cutoffs.responses_before,
-                    tuple_(created, responses.c.id) > tuple_(*cursor),
-                    not_(sql.in_list(responses.c.id, "protected")),
+                    self._after((created, responses.c.id), cursor),
+                    not_(sql.in_keys(responses.c.tenant, responses.c.id, name="protected")),
                 )
                 .order_by(created, responses.c.id)
                 .limit(self.size),
-                self._values(protected=self.protected.responses),
+                {"protected": keys_value(self.protected.responses)},
             )
         ).all()
-        ids = [str(row[0]) for row in rows]
-        candidates = {str(i) for row in rows for i in (row[2] or ())}
-        roots = {str(row[3] or row[0]) for row in rows}
+        keys = {(str(row[2]), str(row[1])) for row in rows}
+        candidates = {(str(row[2]), str(item)) for row in rows for item in (row[3] or ())}
+        roots = {(str(row[2]), str(row[4] or row[1])) for row in rows}
         if self.dry_run:
-            self.gone.responses += ids
-            self.report.responses += len(ids)
+            self.gone.responses += [key[1] for key in keys]
+            self.report.responses += len(keys)
         else:
-            self.report.responses += await self._remove(conn, responses.c.id, ids)
-        self.report.background_events += await self._remove(
-            conn, background_events.c.response_id, ids
-        )
-        self.report.background_jobs += await self._remove(conn, background_jobs.c.response_id, ids)
-        await self._remove_unreferenced_items(conn, candidates)
+            self.report.responses += await self._remove(
+                conn, responses.c.tenant, responses.c.id, keys
+            )
+        await self._remove_jobs(conn, keys)
+        await self.items.add(conn, candidates)
         await self._remove_sessions(conn, await self._without_responses(conn, roots))
-        return self._next(rows)
+        return self._next(rows, 2)
+
+    async def _remove_jobs(self, conn: AsyncConnection, keys: set[Key]) -> None:
+        """The background jobs of these responses, with their event logs."""
+        events, jobs = background_events.c, background_jobs.c
+        self.report.background_events += await self._remove(
+            conn, events.tenant, events.response_id, keys
+        )
+        self.report.background_jobs += await self._remove(conn, jobs.tenant, jobs.response_id, keys)
 
     # ---------------------------------------------------------------- step 2: conversations
 
@@ -211,7 +188,7 @@ class PurgeRun:
         active: ColumnElement[Any] = last_active
         if self.dry_run:
             active = func.coalesce(last_active, conversations.c.created_at)
-        elif cursor == _START:
+        elif not cursor:
             await conn.execute(
                 update(conversations)
                 .where(conversations.c.last_active_at.is_(None))
@@ -219,163 +196,128 @@ class PurgeRun:
             )
         rows = (
             await conn.execute(
-                select(conversations.c.id, active)
+                select(active, conversations.c.id, conversations.c.tenant)
                 .where(
                     active < before,
-                    tuple_(active, conversations.c.id) > tuple_(*cursor),
-                    not_(sql.in_list(conversations.c.id, "protected")),
+                    self._after((active, conversations.c.id), cursor),
+                    not_(sql.in_keys(conversations.c.tenant, conversations.c.id, name="protected")),
                 )
                 .order_by(active, conversations.c.id)
                 .limit(self.size),
-                self._values(protected=self.protected.conversations),
+                {"protected": keys_value(self.protected.conversations)},
             )
         ).all()
-        ids = [str(row[0]) for row in rows]
+        keys = {(str(row[2]), str(row[1])) for row in rows}
+        listed = conversation_items.c
         # Before the rows go (PostgreSQL's foreign key cascades).
-        candidates = await self._strings(
+        candidates = await self._rows(
             conn,
-            select(conversation_items.c.item_id)
-            .where(sql.in_list(conversation_items.c.conversation_id, "ids"))
+            select(listed.tenant, listed.item_id)
+            .where(sql.in_keys(listed.tenant, listed.conversation_id, name="keys"))
             .distinct(),
-            ids=ids,
+            keys=keys_value(sorted(keys)),
         )
-        removed = set(ids)
+        removed = keys
         if self.dry_run:
-            self.gone.conversations += ids
-        else:
+            self.gone.conversations += [key[1] for key in keys]
+        elif keys:
             # Still inactive: an append since the read above made it active again.
-            removed = await self._strings(
+            removed = await self._rows(
                 conn,
                 delete(conversations)
                 .where(
-                    sql.in_list(conversations.c.id, "ids"), conversations.c.last_active_at < before
+                    sql.in_keys(conversations.c.tenant, conversations.c.id, name="keys"),
+                    conversations.c.last_active_at < before,
                 )
-                .returning(conversations.c.id),
-                ids=ids,
+                .returning(conversations.c.tenant, conversations.c.id),
+                keys=keys_value(sorted(keys)),
             )
-            await self._remove(conn, conversation_items.c.conversation_id, sorted(removed))
+            await self._remove(conn, listed.tenant, listed.conversation_id, removed)
         self.report.conversations += len(removed)
         await self._remove_sessions(conn, removed)
-        await self._remove_unreferenced_items(conn, candidates)
-        return self._next(rows)
+        await self.items.add(conn, candidates)
+        return self._next(rows, 2)
 
     # ---------------------------------------------------------------- steps 3 and 4
 
     async def _finished_jobs(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
-        finished = background_jobs.c.finished_at
+        jobs = background_jobs.c
         rows = (
             await conn.execute(
-                select(background_jobs.c.response_id, finished)
+                select(jobs.finished_at, jobs.response_id, jobs.tenant)
                 .where(
-                    background_jobs.c.status.in_(sorted(FINAL_STATUSES)),
-                    finished < self.cutoffs.responses_before,
-                    tuple_(finished, background_jobs.c.response_id) > tuple_(*cursor),
-                    not_(self.sql.in_list(background_jobs.c.response_id, "gone")),
+                    jobs.status.in_(sorted(FINAL_STATUSES)),
+                    jobs.finished_at < self.cutoffs.responses_before,
+                    self._after((jobs.finished_at, jobs.response_id), cursor),
+                    not_(self.sql.in_list(jobs.response_id, "gone")),
                 )
-                .order_by(finished, background_jobs.c.response_id)
+                .order_by(jobs.finished_at, jobs.response_id)
                 .limit(self.size),
-                self._values(gone=self.gone.responses),
+                {"gone": ids_value(self.gone.responses)},
             )
         ).all()
-        ids = [str(row[0]) for row in rows]
-        self.report.background_events += await self._remove(
-            conn, background_events.c.response_id, ids
-        )
-        self.report.background_jobs += await self._remove(conn, background_jobs.c.response_id, ids)
-        return self._next(rows)
+        await self._remove_jobs(conn, {(str(row[2]), str(row[1])) for row in rows})
+        return self._next(rows, 2)
 
     async def _stale_sessions(self, conn: AsyncConnection, cursor: Cursor) -> Cursor | None:
-        sql, updated = self.sql, tool_sessions.c.updated_at
+        sessions = tool_sessions.c
+        order = (sessions.updated_at, sessions.tenant, sessions.session_id)
         rows = (
             await conn.execute(
-                select(tool_sessions.c.session_id, updated)
+                select(*order)
                 .where(
-                    updated < self.cutoffs.responses_before,
-                    tuple_(updated, tool_sessions.c.session_id) > tuple_(*cursor),
+                    sessions.updated_at < self.cutoffs.responses_before, self._after(order, cursor)
                 )
-                .order_by(updated, tool_sessions.c.session_id)
+                .order_by(*order)
                 .limit(self.size)
             )
         ).all()
-        ids = {str(row[0]) for row in rows}
-        conversation_ids = await self._strings(
+        keys = {(str(row[1]), str(row[2])) for row in rows}
+        # A conversation's session goes with its conversation (step 2), never here.
+        of_conversations = await self._rows(
             conn,
-            select(conversations.c.id).where(
-                sql.in_list(conversations.c.id, "ids"),
-                not_(sql.in_list(conversations.c.id, "gone")),
+            select(conversations.c.tenant, conversations.c.id).where(
+                self.sql.in_keys(conversations.c.tenant, conversations.c.id, name="keys"),
+                not_(self.sql.in_list(conversations.c.id, "gone")),
             ),
-            ids=sorted(ids),
-            gone=self.gone.conversations,
+            keys=keys_value(sorted(keys)),
+            gone=ids_value(self.gone.conversations),
         )
         await self._remove_sessions(
-            conn, await self._without_responses(conn, ids) - conversation_ids
+            conn, await self._without_responses(conn, keys) - of_conversations
         )
-        return self._next(rows)
+        return self._next(rows, 3)
 
     # ---------------------------------------------------------------- references
 
-    async def _strings(self, conn: AsyncConnection, statement: Any, **lists: Any) -> set[str]:
-        result = await conn.execute(statement, self._values(**lists))
-        return {str(row[0]) for row in result}
-
-    async def _without_responses(self, conn: AsyncConnection, roots: set[str]) -> set[str]:
-        """The chain roots among ``roots`` that no stored response belongs to any more."""
+    async def _without_responses(self, conn: AsyncConnection, roots: set[Key]) -> set[Key]:
+        """The chain roots among ``roots`` that no stored response of their tenant belongs to
+        any more."""
         if not roots:
             return set()
         sql, kept = self.sql, not_(self.sql.in_list(responses.c.id, "gone"))
-        alive = await self._strings(
+        values = {"roots": keys_value(sorted(roots)), "gone": ids_value(self.gone.responses)}
+        tenant = responses.c.tenant
+        alive = await self._rows(
             conn,
-            select(responses.c.root_id).where(sql.in_list(responses.c.root_id, "roots"), kept),
-            roots=sorted(roots),
-            gone=self.gone.responses,
+            select(tenant, responses.c.root_id).where(
+                sql.in_keys(tenant, responses.c.root_id, name="roots"), kept
+            ),
+            **values,
         )
-        alive |= await self._strings(
+        alive |= await self._rows(
             conn,
-            select(responses.c.id).where(sql.in_list(responses.c.id, "roots"), kept),
-            roots=sorted(roots),
-            gone=self.gone.responses,
+            select(tenant, responses.c.id).where(
+                sql.in_keys(tenant, responses.c.id, name="roots"), kept
+            ),
+            **values,
         )
         return roots - alive
 
-    async def _remove_sessions(self, conn: AsyncConnection, session_ids: set[str]) -> None:
-        fresh = sorted(session_ids - self.gone.sessions)
-        self.report.tool_sessions += await self._remove(conn, tool_sessions.c.session_id, fresh)
+    async def _remove_sessions(self, conn: AsyncConnection, keys: set[Key]) -> None:
+        fresh = keys - self.gone.sessions
+        self.report.tool_sessions += await self._remove(
+            conn, tool_sessions.c.tenant, tool_sessions.c.session_id, fresh
+        )
         if self.dry_run:
             self.gone.sessions.update(fresh)
-
-    async def _remove_unreferenced_items(self, conn: AsyncConnection, candidates: set[str]) -> None:
-        """Remove the ``candidates`` no stored response's checkpoint and no conversation lists."""
-        candidates -= self.gone.items
-        if not candidates:
-            return
-        sql = self.sql
-        listed = sql.elements(responses.c.checkpoint_ids)
-        in_checkpoints = (
-            select(listed.c.value)
-            .select_from(responses)
-            .join(listed, true())
-            .where(
-                sql.in_list(listed.c.value, "candidates"),
-                not_(sql.in_list(responses.c.id, "gone")),
-            )
-            .distinct()
-        )
-        in_conversations = (
-            select(conversation_items.c.item_id)
-            .where(
-                sql.in_list(conversation_items.c.item_id, "candidates"),
-                not_(sql.in_list(conversation_items.c.conversation_id, "gone_conversations")),
-            )
-            .distinct()
-        )
-        lists = {
-            "candidates": sorted(candidates),
-            "gone": self.gone.responses,
-            "gone_conversations": self.gone.conversations,
-        }
-        referenced = await self._strings(conn, in_checkpoints, **lists)
-        referenced |= await self._strings(conn, in_conversations, **lists)
-        unreferenced = sorted(candidates - referenced)
-        self.report.items += await self._remove(conn, items.c.id, unreferenced)
-        if self.dry_run:
-            self.gone.items.update(unreferenced)

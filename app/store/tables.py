@@ -128,6 +128,18 @@ Index(None, responses.c.root_id)
 Index(None, conversations.c.last_active_at)
 Index(None, conversation_items.c.item_id)
 
+# Retention (``app.store.retention``): the items of responses and conversations a purge removed
+# that its sweep has not checked yet, written in the transaction that removed them, so that a
+# purge interrupted before its sweep leaves them to the next one. ``token`` is the writing
+# transaction's: a sweep deletes a row only as it read it (not one another purge wrote again).
+purge_candidates = Table(
+    "purge_candidates",
+    metadata,
+    Column("tenant", TENANT, primary_key=True),
+    Column("item_id", ID, primary_key=True),
+    Column("token", String(32), nullable=False),
+)
+
 # One tool engine session's state (``app.core.engines.ToolSessionStore``), by tenant and
 # session id: a conversation's id or a chain's root response id. Not a foreign key (a chain's
 # root response may be deleted while its children continue); deleting a conversation deletes

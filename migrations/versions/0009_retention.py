@@ -1,6 +1,7 @@
 """Retention (``[retention]``, ``respgate purge``; ``app.store.retention``): conversations record
-their last activity, and the purge's lookups are indexed (expired responses by age, the
-conversations that hold an item, the responses left in a chain, stale tool sessions).
+their last activity, the purge's lookups are indexed (expired responses by age, the
+conversations that hold an item, the responses left in a chain, stale tool sessions), and the
+items a purge has yet to sweep are kept in ``purge_candidates``.
 
 Revision ID: 0009
 Revises: 0008
@@ -36,9 +37,17 @@ def upgrade() -> None:
     op.execute("UPDATE conversations SET last_active_at = created_at")
     for name, table, columns in _INDEXES:
         op.create_index(op.f(name), table, columns, unique=False)
+    op.create_table(
+        "purge_candidates",
+        sa.Column("tenant", sa.String(length=128), nullable=False),
+        sa.Column("item_id", sa.String(length=128), nullable=False),
+        sa.Column("token", sa.String(length=32), nullable=False),
+        sa.PrimaryKeyConstraint("tenant", "item_id", name=op.f("pk_purge_candidates")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("purge_candidates")
     for name, table, _ in reversed(_INDEXES):
         op.drop_index(op.f(name), table_name=table)
     with op.batch_alter_table("conversations") as batch:
