@@ -34,9 +34,17 @@ class ClaudeRun:
     stderr: str
 
 
-def run_claude_print(base_url: str, prompt: str, home: Path, *extra: str) -> ClaudeRun:
+def run_claude_print(
+    base_url: str,
+    prompt: str,
+    home: Path,
+    *extra: str,
+    api_key: str = "sk-ant-dummy",
+    retries: int | None = None,
+) -> ClaudeRun:
     """``claude -p PROMPT`` in a fresh ``HOME`` (``home``) and working directory
-    (``home/work``), talking only to ``base_url``."""
+    (``home/work``), talking only to ``base_url`` with ``api_key`` (sent as ``x-api-key``);
+    ``retries``: how often Claude Code retries a failed API call (its default when None)."""
     entry_point = ensure_installed()
     work = home / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -44,13 +52,15 @@ def run_claude_print(base_url: str, prompt: str, home: Path, *extra: str) -> Cla
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": base_url,
-        "ANTHROPIC_API_KEY": "sk-ant-dummy",
+        "ANTHROPIC_API_KEY": api_key,
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "HTTP_PROXY": "http://127.0.0.1:9",
         "NO_PROXY": "127.0.0.1,localhost",
     }
+    if retries is not None:
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(retries)
     completed = subprocess.run(
         [str(entry_point), "-p", *extra, "--", prompt],
         cwd=work,

@@ -60,10 +60,12 @@ def run_codex_exec(
     home: Path,
     model: str | None = None,
     extra_args: tuple[str, ...] = (),
+    api_key: str = "sk-dummy",
 ) -> CodexRun:
     """``codex exec PROMPT`` in a fresh ``CODEX_HOME`` (``home/codex``) and working directory
     (``home/work``), talking only to ``base_url``: any other connection goes to a dead proxy.
-    ``extra_args`` go before the prompt (e.g. a sandbox mode)."""
+    ``extra_args`` go before the prompt (e.g. a sandbox mode); ``api_key`` is the key Codex
+    sends (``Authorization: Bearer``)."""
     entry_point = ensure_installed()
     codex_home, work = home / "codex", home / "work"
     codex_home.mkdir(parents=True, exist_ok=True)
@@ -73,7 +75,7 @@ def run_codex_exec(
         "PATH": os.environ.get("PATH", ""),
         "HOME": str(home),
         "CODEX_HOME": str(codex_home),
-        API_KEY_ENV: "sk-dummy",
+        API_KEY_ENV: api_key,
         "HTTPS_PROXY": "http://127.0.0.1:9",
         "HTTP_PROXY": "http://127.0.0.1:9",
         "NO_PROXY": "127.0.0.1,localhost",

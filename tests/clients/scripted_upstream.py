@@ -30,11 +30,13 @@ PATCH_DONE_TEXT = f"Created {PATCH_FILE}."
 
 @dataclass
 class ScriptedServer:
-    """What every scripted model server shares: it records each inference request body, lists
-    its one model and is healthy. A subclass names its inference route and answers it."""
+    """What every scripted model server shares: it records each inference request body (and
+    its ``Authorization``), lists its one model and is healthy. A subclass names its inference
+    route and answers it."""
 
     model: str = "scripted-model"
     requests: list[JsonObject] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)
     inference_path: ClassVar[str] = "/v1/responses"
 
     def app(self) -> Starlette:
@@ -63,6 +65,7 @@ class ScriptedUpstream(ScriptedServer):
     async def _infer(self, request: Request) -> Response:
         body = await request.json()
         self.requests.append(copy.deepcopy(body))
+        self.authorizations.append(request.headers.get("authorization"))
         items = self.answer(body)
         if not body.get("stream"):
             return JSONResponse({"object": "response", "status": "completed", "output": items})

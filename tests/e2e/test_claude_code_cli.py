@@ -21,6 +21,7 @@ from tests.clients.claude_code_cli import ensure_installed, run_claude_print
 from tests.fakes import ListEventStream, ScriptedUpstream, function_call, message, round_events
 from tests.helpers import serve_in_thread
 from tests.npm import NodeUnavailableError
+from tests.tenants import keyed, tenant_key
 
 HELLO = "Hello from the gateway."
 BASH_PROMPT = "Run `echo respgate-ok` with Bash and tell me what it printed."
@@ -94,3 +95,23 @@ def test_bash_round_trip(claude: Path, tmp_path: Path) -> None:
     calls = [i for i in round_trip[-1]["input"] if i.get("type") == "function_call"]
     assert calls[-1]["call_id"] == "toolu_bash1"
     assert calls[-1]["name"] == "Bash"
+
+
+def test_gateway_keys_through_claude_code(claude: Path, tmp_path: Path) -> None:
+    """Authentication on: Claude Code's ``ANTHROPIC_API_KEY`` (sent as ``x-api-key``) is the
+    tenant's gateway key; a wrong one is refused before anything reaches the upstream."""
+    upstream = AnsweringUpstream()
+    settings = keyed(Settings(data_dir=tmp_path / "data"), "team-a")
+    with serve_in_thread(create_app(settings, upstream=upstream)) as url:
+        good = run_claude_print(url, "Say hello.", tmp_path / "a", api_key=tenant_key("team-a"))
+        asked = len(upstream.requests)
+        # Claude Code retries a 401 (as it does Anthropic's) with back-off: once is enough here.
+        bad = run_claude_print(
+            url, "Say hello.", tmp_path / "b", api_key="sk-ant-not-a-key", retries=1
+        )
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.strip() == HELLO
+    assert asked > 0
+    assert bad.returncode != 0, bad.stdout
+    assert "API Error: 401 Incorrect API key provided" in bad.stdout, bad.stdout
+    assert len(upstream.requests) == asked  # the refused run reached no upstream

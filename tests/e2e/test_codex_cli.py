@@ -48,6 +48,7 @@ from tests.clients.scripted_upstream import (
 )
 from tests.helpers import serve_in_thread
 from tests.npm import NodeUnavailableError
+from tests.tenants import keyed, tenant_key
 
 PROMPT = "Run `echo respgate-ok` and tell me what it printed."
 
@@ -253,3 +254,27 @@ def test_tool_search_round_trip_through_a_chat_upstream(codex: Path, tmp_path: P
     assert calls == ["tool_search"]
     # Codex's tool_search_output (no deferred tools match: none are configured).
     assert tool_messages(second) == ["No tools found."]
+
+
+def test_gateway_keys_through_codex(codex: Path, tmp_path: Path) -> None:
+    """Authentication on: the key Codex sends (its provider's ``env_key``, as ``Authorization:
+    Bearer``) is the tenant's gateway key and never reaches the upstream; a wrong one is refused
+    before anything does."""
+    upstream = ScriptedUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = UpstreamConfig(name="scripted", url=upstream_url, api_key="sk-upstream")
+        settings = keyed(Settings(upstreams=[config], data_dir=tmp_path / "data"), "team-a")
+        with serve_in_thread(create_app(settings)) as gateway_url:
+            good = run_codex_exec(
+                f"{gateway_url}/v1", PROMPT, tmp_path / "a", api_key=tenant_key("team-a")
+            )
+            asked = list(upstream.requests)
+            bad = run_codex_exec(f"{gateway_url}/v1", PROMPT, tmp_path / "b", api_key="sk-wrong")
+
+    assert good.returncode == 0, f"stdout:\n{good.stdout}\nstderr:\n{good.stderr[-4000:]}"
+    assert good.stdout.strip().splitlines()[-1] == FINAL_TEXT
+    assert len(asked) == 2  # one shell call, one answer
+    assert set(upstream.authorizations) == {"Bearer sk-upstream"}
+    assert bad.returncode != 0, bad.stdout
+    assert "401" in bad.stderr, bad.stderr[-4000:]
+    assert upstream.requests == asked  # the refused run reached no upstream
