@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, Any
 from xml.etree import ElementTree
 
-from app.files.extract import (
+from app.files.extract_limits import (
     ExtractionError,
     ExtractionLimits,
     OverBudgetError,
