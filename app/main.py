@@ -7,8 +7,10 @@ import contextlib
 import logging
 import os
 import secrets
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -128,13 +130,25 @@ def compaction_codec(settings: Settings) -> CompactionCodec:
         return CompactionCodec(settings.compaction_key.get_secret_value().encode())
     path = settings.data_dir / "compaction.key"
     if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with (
-            contextlib.suppress(FileExistsError),
-            os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out,
-        ):
-            out.write(secrets.token_hex(32))
+        _create_key_file(path)
     return CompactionCodec(path.read_text().strip().encode())
+
+
+def _create_key_file(path: Path) -> None:
+    """Write a new random key to ``path`` unless another process got there first. The key is
+    written whole to a private temporary file that is then linked into place (``link`` fails
+    when ``path`` exists), so a worker starting beside this one never reads a half-written key."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".compaction.key.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32))
+            out.flush()
+            os.fsync(out.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
+    finally:
+        os.unlink(temporary)
 
 
 def build_upstream(settings: Settings) -> UpstreamRouter:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,8 @@ import openai
 import pytest
 from pydantic import ValidationError
 
-from app.main import create_app
+from app.core.compaction import CompactionCodec
+from app.main import compaction_codec, create_app
 from app.settings import Settings, load_settings
 from tests.api.test_compaction import MODEL, SUMMARY, SummarizingUpstream
 from tests.helpers import in_process, openai_client, serve_in_thread
@@ -83,3 +86,26 @@ def test_without_a_key_the_data_dir_file_is_the_key(tmp_path: Path) -> None:
 def test_a_short_key_is_refused_at_start() -> None:
     with pytest.raises(ValidationError, match="at least 16 bytes"):
         Settings(compaction_key="short")
+
+
+def test_workers_starting_together_all_read_the_one_whole_key(tmp_path: Path) -> None:
+    """``respgate serve --workers N`` starts N processes on one data_dir at once: each one that
+    finds no key file makes one, and every one must read the same whole key (a worker that read
+    a half-written file failed to start). Threads stand in for the processes."""
+    for round_ in range(20):
+        settings = _replica("http://127.0.0.1:9", tmp_path / str(round_), None)
+        start = threading.Barrier(8)
+        with ThreadPoolExecutor(8) as pool:
+            codecs = list(pool.map(_open_codec, [(start, settings)] * 8))
+        sealed = codecs[0].seal("the summary")
+        assert all(codec.open(sealed) == "the summary" for codec in codecs)
+        key = settings.data_dir / "compaction.key"
+        assert len(key.read_text()) == 64
+        assert key.stat().st_mode & 0o777 == 0o600
+        assert [path.name for path in settings.data_dir.iterdir()] == ["compaction.key"]
+
+
+def _open_codec(task: tuple[threading.Barrier, Settings]) -> CompactionCodec:
+    start, settings = task
+    start.wait()
+    return compaction_codec(settings)
