@@ -323,6 +323,16 @@ class Gateway:
         assert self.proc is not None
         self.proc.send_signal(sig)
 
+    def wait(self, timeout: float) -> int | None:
+        """Wait for the gateway to exit by itself (killed after ``timeout`` s)."""
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+
     def stop(self, timeout: float = 30) -> int | None:
         if self.proc is None:
             return None

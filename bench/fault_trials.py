@@ -108,7 +108,7 @@ async def trial_sigterm(opts: argparse.Namespace) -> list[Row]:
         Gateway(up.url, temp_dir("drain"), "--drain-timeout", str(opts.drain)) as gw,
     ):
         half = opts.streams // 2
-        short, long = max(1, int(2.0 / pace)), opts.events
+        short, long = max(1, int(1.0 / pace)), opts.events
         limits = httpx.Limits(max_connections=opts.streams + 4)
         async with httpx.AsyncClient(base_url=gw.base, timeout=120, limits=limits) as client:
 
@@ -129,7 +129,7 @@ async def trial_sigterm(opts: argparse.Namespace) -> list[Row]:
             gw.signal()
             t_term = time.monotonic()
             ends = await asyncio.gather(*tasks)
-        exit_code = await asyncio.to_thread(gw.stop, opts.drain + 30)
+        exit_code = await asyncio.to_thread(gw.wait, opts.drain + 30)
         t_exit = time.monotonic() - t_term
     stored = gw.stored()
 
@@ -252,7 +252,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--streams", type=int, default=32, help="2: open streams at SIGTERM (half short)")
     add("--events", type=int, default=200, help="2: deltas of a long stream")
     add("--pace", type=float, default=0.05, help="2: seconds between stream events")
-    add("--drain", type=float, default=3.0, help="2: the gateway's --drain-timeout (s)")
+    add("--drain", type=float, default=5.0, help="2: the gateway's --drain-timeout (s)")
     add("--slow", type=int, default=1100, help="3: slowloris connections")
     add("--slow-open", type=float, default=2.0, help="3: s to open them before normal traffic")
     add("--slow-seconds", type=float, default=15.0, help="3: how long they stay")
