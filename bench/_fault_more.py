@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import resource
 import statistics
 import time
@@ -38,6 +39,7 @@ from _faults import (
     timed,
 )
 
+ERROR_LINE = re.compile(r' ERROR |"level": ?"(?i:error)"')  # a text or a JSON log line
 Switch = Callable[[bool], Awaitable[None]]  # break (True) or mend (False) the store
 
 
@@ -86,7 +88,7 @@ async def _storage_case(name: str, gw: Gateway, up: FaultUpstream, switch: Switc
         await asyncio.sleep(1.0)
         again = await status_of(client, "POST", "/v1/responses", json=BODY)
     log = gw.log_since(mark)
-    errors = sum(" ERROR " in line for line in log)
+    errors = sum(bool(ERROR_LINE.search(line)) for line in log)
     traces = "yes" if any(line.startswith("Traceback") for line in log) else "no"
     return [
         (f"{name}: SDK call (default retries): upstream generations", str(json_gens), "1"),
