@@ -402,6 +402,17 @@ def sse_types(text: str) -> list[str]:
     return out
 
 
+def error_codes(text: str) -> list[str]:
+    """The ``code`` of each ``error`` event of an SSE body."""
+    codes = []
+    for frame in text.split("\n\n"):
+        if frame.startswith("event: error\n") and "\ndata: " in frame:
+            with contextlib.suppress(ValueError, AttributeError):
+                data = json.loads(frame.split("\ndata: ", 1)[1])
+                codes.append(str(data.get("code") or (data.get("error") or {}).get("code")))
+    return codes
+
+
 def ending(types: list[str]) -> str:
     """How a stream ended: completed, failed (``error`` and/or ``response.failed``), or cut
     (no terminal event)."""

@@ -50,6 +50,7 @@ from _faults import (
     Plan,
     Row,
     ending,
+    error_codes,
     hold,
     http_post,
     ms,
@@ -112,7 +113,7 @@ async def trial_sigterm(opts: argparse.Namespace) -> list[Row]:
         limits = httpx.Limits(max_connections=opts.streams + 4)
         async with httpx.AsyncClient(base_url=gw.base, timeout=120, limits=limits) as client:
 
-            async def stream(events: int) -> tuple[str, float]:
+            async def stream(events: int) -> tuple[str, float, list[str]]:
                 body = {"model": "mock", "input": f"n={events}", "stream": True}
                 text = ""
                 try:
@@ -121,7 +122,7 @@ async def trial_sigterm(opts: argparse.Namespace) -> list[Row]:
                             text += chunk
                 except httpx.HTTPError:
                     pass
-                return ending(sse_types(text)), time.monotonic()
+                return ending(sse_types(text)), time.monotonic(), error_codes(text)
 
             tasks = [asyncio.ensure_future(stream(short)) for _ in range(half)]
             tasks += [asyncio.ensure_future(stream(long)) for _ in range(opts.streams - half)]
@@ -133,11 +134,13 @@ async def trial_sigterm(opts: argparse.Namespace) -> list[Row]:
         t_exit = time.monotonic() - t_term
     stored = gw.stored()
 
-    def tally(part: list[tuple[str, float]]) -> str:
-        kinds = [kind for kind, _ in part]
-        last = max(t for _, t in part) - t_term
+    def tally(part: list[tuple[str, float, list[str]]]) -> str:
+        kinds = [kind for kind, _, _ in part]
+        last = max(t for _, t, _ in part) - t_term
         counts = " / ".join(str(kinds.count(k)) for k in ("completed", "failed", "cut"))
-        return f"{counts} (last ended {last:.1f} s after SIGTERM)"
+        codes = sorted({code for _, _, seen in part for code in seen})
+        said = f", error codes {', '.join(codes)}" if codes else ""
+        return f"{counts} (last ended {last:.1f} s after SIGTERM{said})"
 
     long_s = long * pace
     return [
