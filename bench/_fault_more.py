@@ -54,7 +54,8 @@ async def _sdk_call(base: str, stream: bool) -> tuple[str, str]:
         if not stream:
             await client.responses.create(model="mock", input="hi")
             return "200", "no"
-        types, code, message = [], None, ""
+        types: list[str] = []
+        code, message = None, ""
         async for event in await client.responses.create(model="mock", input="hi", stream=True):
             types.append(event.type)
             if event.type == "error":

@@ -30,7 +30,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,16 +104,31 @@ def answer_frames(request: dict[str, Any], n: int, deltas: int) -> list[bytes]:
     """The SSE events of a text answer with ``deltas`` deltas (the real event sequence)."""
     rid, iid = f"resp_fault{n:020d}", f"msg_fault{n:020d}"
     words = [f"w{i} " for i in range(deltas)]
-    part = {"type": "output_text", "annotations": [], "logprobs": [], "text": "".join(words)}
-    item = {"id": iid, "type": "message", "status": "completed", "role": "assistant"}
-    base = {"id": rid, "object": "response", "created_at": int(time.time()), "output": []}
+    part: dict[str, Any] = {
+        "type": "output_text",
+        "annotations": [],
+        "logprobs": [],
+        "text": "".join(words),
+    }
+    item: dict[str, Any] = {
+        "id": iid,
+        "type": "message",
+        "status": "completed",
+        "role": "assistant",
+    }
+    base: dict[str, Any] = {
+        "id": rid,
+        "object": "response",
+        "created_at": int(time.time()),
+        "output": [],
+    }
     base |= {"status": "in_progress", "model": request.get("model", "mock"), "error": None}
-    usage = {"input_tokens": 1, "output_tokens": deltas, "total_tokens": deltas + 1}
+    usage: dict[str, Any] = {"input_tokens": 1, "output_tokens": deltas, "total_tokens": deltas + 1}
     usage |= {"input_tokens_details": {"cached_tokens": 0}}
     usage |= {"output_tokens_details": {"reasoning_tokens": 0}}
     final = base | {"status": "completed", "output": [item | {"content": [part]}], "usage": usage}
-    at = {"item_id": iid, "output_index": 0, "content_index": 0}
-    events = [
+    at: dict[str, Any] = {"item_id": iid, "output_index": 0, "content_index": 0}
+    events: list[tuple[str, dict[str, Any]]] = [
         ("response.created", {"response": base}),
         ("response.in_progress", {"response": base}),
     ]
@@ -413,7 +428,7 @@ def error_codes(text: str) -> list[str]:
     return codes
 
 
-def ending(types: list[str]) -> str:
+def ending(types: Sequence[str]) -> str:
     """How a stream ended: completed, failed (``error`` and/or ``response.failed``), or cut
     (no terminal event)."""
     if "response.completed" in types:

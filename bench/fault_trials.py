@@ -34,8 +34,9 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -221,7 +222,7 @@ async def _eof_within(reader: asyncio.StreamReader, seconds: float) -> bool:
     return False
 
 
-TRIALS: dict[int, tuple[str, Callable[[argparse.Namespace], Awaitable[list[Row]]]]] = {
+TRIALS: dict[int, tuple[str, Callable[[argparse.Namespace], Coroutine[Any, Any, list[Row]]]]] = {
     1: ("hung upstream, clients gone", trial_hung),
     2: ("SIGTERM with open streams", trial_sigterm),
     3: ("slowloris", trial_slowloris),
