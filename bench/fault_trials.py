@@ -1,6 +1,6 @@
 """Issue 18's fault trials against a real ``respgate serve``: figures before and after.
 
-    python bench/fault_trials.py                  # the work tree, all trials, ~2 min
+    python bench/fault_trials.py                  # the work tree, all trials, 4-5 min
     python bench/fault_trials.py --ref 2752c01    # a commit (git archive to /tmp)
     python bench/fault_trials.py --only 2,4       # some trials
 
