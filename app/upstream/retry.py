@@ -94,7 +94,7 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
 
 
 def is_retryable(exc: BaseException) -> bool:
-    """Whether the request ``exc`` ended never reached a working server (see the module)."""
+    """Whether a request that raised ``exc`` never reached a working server (see the module)."""
     if isinstance(exc, aiohttp.ClientSSLError):
         return False  # a TLS misconfiguration stays one
     return isinstance(
@@ -111,15 +111,19 @@ def create_guard(
 ) -> UpstreamGuard:
     """The guard of upstream ``name``: its retry policy and a circuit breaker of its own."""
     breaker = CircuitBreaker(name, threshold=threshold, cooldown=cooldown)
-    return UpstreamGuard(RetryPolicy(retries, backoff, max_wait), breaker)
+    return UpstreamGuard(RetryPolicy(retries, backoff, max_wait), breaker, name=name)
 
 
 class UpstreamGuard:
     """The retry policy and the circuit breaker of one upstream, around each request."""
 
-    def __init__(self, policy: RetryPolicy, breaker: CircuitBreaker | None = None) -> None:
+    def __init__(
+        self, policy: RetryPolicy, breaker: CircuitBreaker | None = None, *, name: str = ""
+    ) -> None:
         self.policy = policy
         self.breaker = breaker
+        # The upstream's configured name, in log lines.
+        self.name = name or (breaker.name if breaker is not None else "upstream")
 
     async def send(
         self, post: Callable[[], Awaitable[aiohttp.ClientResponse]]
@@ -156,7 +160,11 @@ class UpstreamGuard:
                         error.headers = NO_RETRY
                     raise error from exc
                 logger.info(
-                    "upstream connection failed (%s): retry %d in %.2f s", exc, retry + 1, wait
+                    "upstream %s: connection failed (%s): retry %d in %.2f s",
+                    self.name,
+                    exc,
+                    retry + 1,
+                    wait,
                 )
             else:
                 if resp.status not in RETRIED_STATUSES:
@@ -166,7 +174,11 @@ class UpstreamGuard:
                     return resp, retry
                 release(resp)
                 logger.info(
-                    "upstream answered %d: retry %d in %.2f s", resp.status, retry + 1, wait
+                    "upstream %s answered %d: retry %d in %.2f s",
+                    self.name,
+                    resp.status,
+                    retry + 1,
+                    wait,
                 )
             retry += 1
             await asyncio.sleep(wait)

@@ -10,9 +10,13 @@ from email.utils import format_datetime
 
 import aiohttp
 import pytest
+from pydantic import ValidationError
 
 from app.errors import UpstreamTimeoutError, UpstreamUnavailableError, UpstreamUnreachableError
+from app.main import build_upstream
+from app.settings import Settings
 from app.upstream.breaker import CircuitBreaker, CircuitState
+from app.upstream.http import HttpUpstream
 from app.upstream.retry import RetryPolicy, UpstreamGuard, is_retryable, retry_after_seconds
 
 
@@ -139,3 +143,38 @@ async def test_cancelling_during_the_backoff_ends_the_retries() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert post.calls == 1
+
+
+def test_the_settings_reach_each_upstreams_guard() -> None:
+    single = Settings(
+        upstream_retries=4,
+        upstream_retry_backoff_seconds=0.25,
+        upstream_retry_max_wait_seconds=3,
+        upstream_breaker_threshold=7,
+        upstream_breaker_cooldown_seconds=9,
+    )
+    several = Settings(
+        upstreams=[
+            {"name": "a", "url": "http://127.0.0.1:1"},
+            {"name": "b", "url": "http://127.0.0.1:2", "retries": 0, "breaker_threshold": 0},
+        ]
+    )
+    guards = [
+        route.upstream.guard
+        for settings in (single, several)
+        for route in build_upstream(settings).routes
+        if isinstance(route.upstream, HttpUpstream)
+    ]
+    assert [g.policy for g in guards] == [
+        RetryPolicy(4, 0.25, 3.0),
+        RetryPolicy(2, 0.5, 10.0),
+        RetryPolicy(0, 0.5, 10.0),
+    ]
+    breakers = [g.breaker for g in guards]
+    assert [(b.name, b.threshold, b.cooldown) for b in breakers if b is not None] == [
+        ("default", 7, 9.0),
+        ("a", 5, 30.0),
+        ("b", 0, 30.0),
+    ]
+    with pytest.raises(ValidationError):
+        Settings(upstreams=[{"name": "a", "url": "http://127.0.0.1:1", "retries": -1}])
