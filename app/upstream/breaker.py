@@ -39,6 +39,12 @@ class Outcome(enum.Enum):
     NEUTRAL = "neutral"
 
 
+# Module names for the members: a global lookup is cheaper than an enum attribute, and every
+# upstream request passes ``admit`` and ``record``.
+_CLOSED, _OPEN, _HALF_OPEN = CircuitState.CLOSED, CircuitState.OPEN, CircuitState.HALF_OPEN
+_SUCCESS, _NEUTRAL = Outcome.SUCCESS, Outcome.NEUTRAL
+
+
 @dataclass(frozen=True, slots=True)
 class Pass:
     """A request the breaker let through; ``trial``: the one request of a half-open circuit."""
@@ -65,7 +71,7 @@ class CircuitBreaker:
         self.threshold = threshold
         self.cooldown = cooldown
         self._clock = clock
-        self._state = CircuitState.CLOSED
+        self._state = _CLOSED
         self._failures = 0
         self._opened_at = 0.0
         self._trial_running = False
@@ -74,27 +80,27 @@ class CircuitBreaker:
     def state(self) -> CircuitState:
         """The state as a request would find it now: an open circuit whose cool-down has
         passed is half-open (its next request is the trial)."""
-        if self._state is CircuitState.OPEN and self._cooled_down():
-            return CircuitState.HALF_OPEN
+        if self._state is _OPEN and self._cooled_down():
+            return _HALF_OPEN
         return self._state
 
     @property
     def retry_after(self) -> float:
         """Seconds until the circuit lets a request through again (0 when it does now)."""
-        if self._state is CircuitState.OPEN:
+        if self._state is _OPEN:
             return max(0.0, self._opened_at + self.cooldown - self._clock())
-        if self._state is CircuitState.HALF_OPEN and self._trial_running:
+        if self._state is _HALF_OPEN and self._trial_running:
             return TRIAL_RETRY_AFTER
         return 0.0
 
     def admit(self) -> Pass | None:
         """A pass for one request, or None when it must fail fast (see ``retry_after``)."""
-        if self._state is CircuitState.CLOSED or self.threshold <= 0:
+        if self._state is _CLOSED or self.threshold <= 0:
             return _THROUGH
-        if self._state is CircuitState.OPEN:
+        if self._state is _OPEN:
             if not self._cooled_down():
                 return None
-            self._move(CircuitState.HALF_OPEN, "the cool-down passed: one trial request")
+            self._move(_HALF_OPEN, "the cool-down passed: one trial request")
         if self._trial_running:
             return None
         self._trial_running = True
@@ -104,16 +110,16 @@ class CircuitBreaker:
         """What became of a request ``admit`` let through."""
         if admitted.trial:
             self._trial_running = False
-        if outcome is Outcome.NEUTRAL or self.threshold <= 0:
+        if outcome is _NEUTRAL or self.threshold <= 0:
             return
-        if outcome is Outcome.SUCCESS:
+        if outcome is _SUCCESS:
             self._failures = 0
-            if self._state is CircuitState.HALF_OPEN:
-                self._move(CircuitState.CLOSED, "the upstream answers again")
+            if self._state is _HALF_OPEN:
+                self._move(_CLOSED, "the upstream answers again")
             return
-        if self._state is CircuitState.HALF_OPEN:
+        if self._state is _HALF_OPEN:
             self._open("the trial request failed")
-        elif self._state is CircuitState.CLOSED:
+        elif self._state is _CLOSED:
             self._failures += 1
             if self._failures >= self.threshold:
                 self._open(f"{self._failures} failures in a row")
@@ -127,7 +133,7 @@ class CircuitBreaker:
         self._failures = 0
         self._trial_running = False
         self._move(
-            CircuitState.OPEN,
+            _OPEN,
             f"{why}; requests fail fast for {math.ceil(self.cooldown):d} s",
             level=logging.WARNING,
         )

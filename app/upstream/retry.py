@@ -44,6 +44,8 @@ FAILED_STATUSES = frozenset({502, 503, 504})
 
 NO_RETRY = {"x-should-retry": "false"}
 
+_SUCCESS, _FAILURE = Outcome.SUCCESS, Outcome.FAILURE
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -136,9 +138,9 @@ class UpstreamGuard:
         outcome = Outcome.NEUTRAL
         try:
             resp, retries = await self._attempts(post)
-            outcome = Outcome.FAILURE if resp.status in FAILED_STATUSES else Outcome.SUCCESS
+            outcome = _FAILURE if resp.status in FAILED_STATUSES else _SUCCESS
         except UpstreamError:
-            outcome = Outcome.FAILURE
+            outcome = _FAILURE
             raise
         finally:
             if self.breaker is not None and admitted is not None:
