@@ -15,8 +15,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from app.main import create_app
 from app.protocol.json_types import JsonObject
@@ -40,6 +42,16 @@ from tests.lifecycle import assert_lifecycle
 # Tiny backoffs keep the tests quick; what they check is how many attempts were made.
 FAST = {"upstream_retry_backoff_seconds": 0.01}
 OVERLOADED = {"error": {"message": "Server overloaded", "type": "server_error", "code": None}}
+COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "created": 1,
+    "model": "m",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}
 
 
 def _failing_first(times: int, status: int, **headers: str) -> Any:
@@ -290,3 +302,28 @@ def test_the_circuit_opens_fails_fast_shows_on_ready_and_closes_after_the_cooldo
             ready = http.get("/ready")
             assert ready.status_code == 200
             assert ready.json()["circuits"] == {"flaky": "closed"}
+
+
+def test_a_chat_upstream_and_the_chat_passthrough_are_retried_too() -> None:
+    """Kind "chat" (translated) and ``POST /v1/chat/completions`` (forwarded as it came)."""
+    posts: list[int] = []
+
+    async def chat(request: Request) -> Response:
+        posts.append(1)
+        if len(posts) % 3 != 0:  # 503 twice, then an answer, for every call
+            return JSONResponse(OVERLOADED, status_code=503)
+        return JSONResponse(COMPLETION)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
+    with (
+        serve_in_thread(app) as url,
+        serve_gateway(url, upstream_kind="chat", upstream_breaker_threshold=0, **FAST) as gateway,
+    ):
+        client = _client(gateway)
+        assert client.responses.create(model="m", input="hi").output_text == "Hi"
+        assert len(posts) == 3
+        completion = client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert completion.choices[0].message.content == "Hi"
+        assert len(posts) == 6
