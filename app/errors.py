@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -13,6 +15,8 @@ class GatewayError(Exception):
     code: str | None = None
     # A 5xx is logged with each request, unless the error was logged where it was found.
     log_each: bool = True
+    # Response headers that go with it (``retry-after``, ``x-should-retry``).
+    headers: Mapping[str, str] | None = None
 
     def __init__(
         self,
@@ -87,6 +91,22 @@ class UpstreamError(GatewayError):
 class UpstreamUnreachableError(UpstreamError):
     status_code = 502
     code = "upstream_unreachable"
+
+
+class UpstreamUnavailableError(UpstreamError):
+    """The upstream's circuit is open (``app.upstream.breaker``): the request fails fast."""
+
+    status_code = 503
+    code = "upstream_unavailable"
+    log_each = False  # the breaker logged the circuit opening
+
+    def __init__(self, name: str, retry_after: float) -> None:
+        wait = max(1, math.ceil(retry_after))
+        super().__init__(
+            f"The upstream {name!r} is unavailable: after failing repeatedly it gets no "
+            f"requests for a while. Retry in {wait} s."
+        )
+        self.headers = {"retry-after": str(wait), "retry-after-ms": str(wait * 1000)}
 
 
 class UpstreamTimeoutError(UpstreamError):

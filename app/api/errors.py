@@ -59,7 +59,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     # ``log_each`` False: the adapter logged the details once; each request still leaves a line.
     log_refusal(request, exc.status_code, exc, loud=exc.log_each)
-    return _reply(request, exc)
+    return _reply(request, exc, exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

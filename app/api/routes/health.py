@@ -1,12 +1,15 @@
-"""``GET /health`` (the process is alive) and ``GET /ready`` (the upstreams answer)."""
+"""``GET /health`` (the process is alive) and ``GET /ready`` (the upstreams answer, and none
+has its circuit open: ``app.upstream.breaker``)."""
 
 from __future__ import annotations
+
+import math
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.api.state import gateway_state
-from app.core.ports import UpstreamReadiness
+from app.core.ports import UpstreamCircuits, UpstreamReadiness
 from app.errors import NotReadyError
 
 router = APIRouter()
@@ -22,6 +25,14 @@ async def ready(request: Request) -> JSONResponse:
     state = gateway_state(request)
     upstream = state.upstream
     configs = state.settings.resolved_upstreams()
+    circuits = upstream.circuits() if isinstance(upstream, UpstreamCircuits) else {}
+    tripped = [
+        f"{name} (retry in {max(1, math.ceil(report.retry_after))} s)"
+        for name, report in circuits.items()
+        if report.state == "open"
+    ]
+    if tripped:
+        raise NotReadyError(f"upstreams failing fast, their circuit open: {', '.join(tripped)}")
     if isinstance(upstream, UpstreamReadiness):
         answers = await upstream.readiness()
     else:
@@ -38,5 +49,6 @@ async def ready(request: Request) -> JSONResponse:
             "status": "ready",
             "upstream": configs[0].url,
             "upstreams": {name: "ready" for name in answers},
+            "circuits": {name: report.state for name, report in circuits.items()},
         }
     )
