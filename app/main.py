@@ -46,6 +46,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndexes
 from app.files.vector_stores import VectorStoresService
+from app.observability import Observability
 from app.options.secrets import secret_environ
 from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
@@ -373,6 +374,7 @@ def create_app(
     """The gateway application. ``upstream`` and ``store`` replace the real adapters in tests;
     ``tool_events`` is the hook gateway tool calls are reported to; ``embedder`` replaces the
     configured embeddings provider (tests)."""
+    observability = Observability(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -404,6 +406,7 @@ def create_app(
                 tool_events=events,
             )
             service.compactor = Compactor(active, active_store, compaction_codec(settings))
+            observability.attach(service, stack)
             background = await start_background(settings, service, active_store, stack)
             start_purging(active_store, settings.retention.policy(), stack)
             app.state.gateway = GatewayState(
@@ -424,6 +427,7 @@ def create_app(
         description="An OpenAI Responses API gateway in front of any inference server.",
         docs_url="/docs",
         redoc_url=None,
+        telemetry=observability.fastapi_telemetry,
     )
     install_error_handlers(app)
     # Rate limits per caller: added before the authentication middleware, so they run inside it.
@@ -441,4 +445,5 @@ def create_app(
     install_openapi(app)
     # Last, so outermost: every other middleware (rate limits) runs inside authentication.
     install_auth(app, settings)
+    observability.install(app)  # request ids, around everything
     return app
