@@ -1,5 +1,5 @@
 """Request ids (``app.api.request_id``): every answer carries ``x-request-id`` (JSON, SSE, a
-404, a 400, a 401, a 500), the client's own when it is sane, else a new
+404, a 400, a 401, a 500, a WebSocket's handshake), the client's own when it is sane, else a new
 ``req_…``; the same id goes to the upstream (``/v1/responses`` JSON and SSE, the chat
 passthrough, the Messages front end, WebSocket mode) and is on the log lines of the request.
 """
@@ -190,11 +190,12 @@ def test_a_refused_key_and_an_unexpected_error_carry_the_id(tmp_path: Path) -> N
         assert failed.headers["x-request-id"] == "bug-1"
 
 
-def test_a_websocket_request_sends_the_id_upstream(
+def test_a_websocket_handshake_carries_the_id_and_its_turns_send_it(
     gateway: tuple[TestClient, RecordingUpstream],
 ) -> None:
     http, upstream = gateway
     with http.websocket_connect("/v1/responses", headers={"x-request-id": "ws-1"}) as socket:
+        assert (b"x-request-id", b"ws-1") in (socket.extra_headers or [])
         socket.send_json({"type": "response.create", **BODY})
         while socket.receive_json()["type"] != "response.completed":
             pass
