@@ -126,8 +126,7 @@ class Settings(BaseSettings):
     port: int = 9000
     data_dir: Path = Path("./data")
     log_level: str = "info"
-    # "text" (one line, for people) or "json" (one object a line, for log collectors).
-    log_format: Literal["text", "json"] = "text"
+    log_format: Literal["text", "json"] = "text"  # lines for people, or JSON (app/logs.py)
     # One line per request (uvicorn's access log: client, method, path, status) besides the one
     # line every refused or failed request leaves anyway.
     access_log: bool = False
@@ -198,8 +197,7 @@ class Settings(BaseSettings):
     egress: EgressSettings = Field(default_factory=EgressSettings)
     # [retention]: responses and conversations expire (app/options/retention.py); off by default.
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
-    # [tracing]: OpenTelemetry spans, OTLP (app/options/tracing.py); off by default.
-    tracing: TracingSettings = Field(default_factory=TracingSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)  # app/options/tracing.py
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".
