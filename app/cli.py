@@ -17,6 +17,7 @@ from typing import get_args
 
 from app import __version__
 from app.keys_cli import add_keys_command
+from app.logs import configure_logging, uvicorn_log_config
 from app.purge import add_purge_command
 from app.recording.cassette import QUICKSTART_CASSETTE
 from app.settings import LOG_LEVELS, Settings, UpstreamKind
@@ -70,8 +71,6 @@ DATABASE_URL_HELP = (
 
 logger = logging.getLogger(__name__)
 
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
-
 
 def _serve(args: argparse.Namespace) -> int:
     settings = load_config(
@@ -95,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(refusal)
     check_environment(settings)
     check_tool_engines(settings)
-    _configure_logging(settings.log_level)
+    _configure_logging(settings.log_level, log_format=settings.log_format)
     sock = bind_socket(settings.host, settings.port)
     try:
         _prepare_to_serve(settings)
@@ -135,6 +134,7 @@ def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = N
         settings.log_level,
         access_log=settings.access_log,
         drain_timeout=settings.drain_timeout_seconds,
+        **uvicorn_log_config(settings.log_format),
     )
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
     who = f"respgate {__version__}" if worker is None else f"respgate worker {worker}"
@@ -222,11 +222,12 @@ def _announce(address: tuple[str, int], what: str) -> None:
     logger.info("%s: listening on http://%s:%s", what, shown, port)
 
 
-def _configure_logging(level: str, *, migrations: bool = False) -> None:
-    """Logging at ``level``. Below debug, alembic's narration is left out (its plugins,
-    "Context impl SQLiteImpl."; app.store.migrate logs which revision the database went to),
-    except, with ``migrations``, the revisions it runs (``respgate migrate``)."""
-    logging.basicConfig(level=level.upper(), format=LOG_FORMAT)
+def _configure_logging(level: str, *, migrations: bool = False, log_format: str = "text") -> None:
+    """Logging at ``level``, in ``log_format`` (``app.logs``). Below debug, alembic's narration
+    is left out (its plugins, "Context impl SQLiteImpl."; app.store.migrate logs which revision
+    the database went to), except, with ``migrations``, the revisions it runs (``respgate
+    migrate``)."""
+    configure_logging(level, log_format)
     if level.lower() != "debug":
         logging.getLogger("alembic").setLevel(logging.INFO if migrations else logging.WARNING)
         logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

@@ -5,12 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import secrets
-import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -32,9 +28,9 @@ from app.api.routes import (
 )
 from app.api.state import GatewayState
 from app.authentication import install_auth
+from app.compaction_key import compaction_codec
 from app.core.background import BackgroundOptions, BackgroundResponses
 from app.core.compact import Compactor
-from app.core.compaction import CompactionCodec
 from app.core.engines import ToolSessionStore
 from app.core.jobs import JobStore
 from app.core.limits import LoopLimits
@@ -46,6 +42,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndexes
 from app.files.vector_stores import VectorStoresService
+from app.observability import Observability
 from app.options.secrets import secret_environ
 from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
@@ -122,35 +119,6 @@ def create_configured_upstream(
         context_window=config.context_window,
     )
     return create_upstream(config.kind, spec, http)
-
-
-def compaction_codec(settings: Settings) -> CompactionCodec:
-    """The signer of compaction items: ``compaction_key`` when it is set, else a random key
-    kept in ``data_dir/compaction.key`` (made on first start, readable by its owner only).
-    Replicas share it (the setting, or the file): items one signs, another opens."""
-    if settings.compaction_key is not None:
-        return CompactionCodec(settings.compaction_key.get_secret_value().encode())
-    path = settings.data_dir / "compaction.key"
-    if not path.exists():
-        _create_key_file(path)
-    return CompactionCodec(path.read_text().strip().encode())
-
-
-def _create_key_file(path: Path) -> None:
-    """Write a new random key to ``path`` unless another process got there first. The key is
-    written whole to a private temporary file that is then linked into place (``link`` fails
-    when ``path`` exists), so a worker starting beside this one never reads a half-written key."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".compaction.key.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_hex(32))
-            out.flush()
-            os.fsync(out.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        os.unlink(temporary)
 
 
 def build_upstream(settings: Settings) -> UpstreamRouter:
@@ -375,6 +343,7 @@ def create_app(
     """The gateway application. ``upstream`` and ``store`` replace the real adapters in tests;
     ``tool_events`` is the hook gateway tool calls are reported to; ``embedder`` replaces the
     configured embeddings provider (tests)."""
+    observability = Observability(settings)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -406,6 +375,7 @@ def create_app(
                 tool_events=events,
             )
             service.compactor = Compactor(active, active_store, compaction_codec(settings))
+            observability.attach(service, stack)
             background = await start_background(settings, service, active_store, stack)
             start_purging(active_store, settings.retention.policy(), stack)
             app.state.gateway = GatewayState(
@@ -426,6 +396,7 @@ def create_app(
         description="An OpenAI Responses API gateway in front of any inference server.",
         docs_url="/docs",
         redoc_url=None,
+        telemetry=observability.fastapi_telemetry,
     )
     install_error_handlers(app)
     # Rate limits per caller: added before the authentication middleware, so they run inside it.
@@ -443,4 +414,5 @@ def create_app(
     install_openapi(app)
     # Last, so outermost: every other middleware (rate limits) runs inside authentication.
     install_auth(app, settings)
+    observability.install(app)  # request ids, around everything
     return app

@@ -25,6 +25,7 @@ from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
 from app.options.retention import RetentionSettings
 from app.options.secrets import SecretFilesEnvSource
+from app.options.tracing import TracingSettings
 from app.options.upstreams import UpstreamConfig as UpstreamConfig
 from app.options.upstreams import UpstreamKind as UpstreamKind
 from app.options.urls import check_http_url, strip_base_url
@@ -48,6 +49,7 @@ class Settings(BaseSettings):
     port: int = 9000
     data_dir: Path = Path("./data")
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"  # lines for people, or JSON (app/logs.py)
     # One line per request (uvicorn's access log: client, method, path, status) besides the one
     # line every refused or failed request leaves anyway.
     access_log: bool = False
@@ -124,6 +126,7 @@ class Settings(BaseSettings):
     egress: EgressSettings = Field(default_factory=EgressSettings)
     # [retention]: responses and conversations expire (app/options/retention.py); off by default.
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
+    tracing: TracingSettings = Field(default_factory=TracingSettings)  # app/options/tracing.py
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".

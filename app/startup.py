@@ -8,6 +8,7 @@ readiness (``--wait-for-upstream``) and the cassette a replay serves.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import re
 import socket
 import tomllib
@@ -87,6 +88,8 @@ def check_environment(settings: Settings) -> None:
             server.to_spec(environ)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
+    if settings.tracing.enabled and importlib.util.find_spec("opentelemetry.sdk") is None:
+        raise StartupError("[tracing] needs the otel extra: pip install 'respgate[otel]'")
 
 
 def check_tool_engines(settings: Settings) -> None:

@@ -3,7 +3,8 @@ to the tool-call event bus.
 
 A call whose executor is a ``core.tools.BatchedToolExecutor`` goes to its batch together with
 the round's other calls of the same batch (one tool engine batch); every other call runs on
-its own. ``start`` returns ``RunningCalls``, whose ``result`` gives each call's result (the
+its own. Each call runs in a span of ``ToolEvents.tracer`` (``core.tracing``; none by
+default). ``start`` returns ``RunningCalls``, whose ``result`` gives each call's result (the
 loop reads them in call order); a failure, a timeout or a crash is a result, never an
 exception.
 """
@@ -127,8 +128,8 @@ class CallRunner:
     ) -> dict[str, ToolResult]:
         """The calls of one batch, run together; every call gets a result."""
         async with semaphore:
-            for call, executor in pairs:
-                self.observe(call, executor)
+            tracer = self._tool_events.tracer
+            spans = [tracer.start(self.observe(c, ex), c.call_id) for c, ex in pairs]
             started = time.perf_counter()
             timeout = self._call_timeout
             try:
@@ -152,18 +153,22 @@ class CallRunner:
                     )
                     for c, ex in pairs
                 ]
+            except BaseException:  # cancelled: the spans end too
+                for span in spans:
+                    span.end(None)
+                raise
             elapsed = (time.perf_counter() - started) * 1000
             results = [bound_result(result, self._max_result_bytes) for result in results]
-            for (call, executor), result in zip(pairs, results, strict=True):
+            for (call, executor), result, span in zip(pairs, results, spans, strict=True):
                 measured = result.duration_ms if result.duration_ms is not None else elapsed
-                self.observe(call, executor, result, measured)
+                span.end(self.observe(call, executor, result, measured))
             return {call.item_id: result for (call, _), result in zip(pairs, results, strict=True)}
 
     async def _run_one(
         self, call: GatewayCall, executor: ToolExecutor, semaphore: asyncio.Semaphore
     ) -> ToolResult:
         async with semaphore:
-            self.observe(call, executor)
+            span = self._tool_events.tracer.start(self.observe(call, executor), call.call_id)
             started = time.perf_counter()
             try:
                 async with asyncio.timeout(self._call_timeout + 1.0):
@@ -179,8 +184,11 @@ class CallRunner:
                 result = executor.error_result(
                     call, f"the tool failed: {exc}", status="failed"
                 ).with_kind("exception")
+            except BaseException:  # cancelled: the span ends too
+                span.end(None)
+                raise
             result = bound_result(result, self._max_result_bytes)
-            self.observe(call, executor, result, (time.perf_counter() - started) * 1000)
+            span.end(self.observe(call, executor, result, (time.perf_counter() - started) * 1000))
             return result
 
     def observe(
@@ -189,9 +197,9 @@ class CallRunner:
         executor: ToolExecutor,
         result: ToolResult | None = None,
         duration_ms: float = 0.0,
-    ) -> None:
+    ) -> ToolCallEvent:
         """Emit ``tool_call.started`` (no ``result``), ``tool_call.completed`` or
-        ``tool_call.failed``."""
+        ``tool_call.failed``; returns the event (the call's span ends with it)."""
         common: dict[str, Any] = {
             "response_id": self._response_id,
             "round": self.round,
@@ -215,3 +223,4 @@ class CallRunner:
                 **common,
             )
         self._tool_events.emit(event)
+        return event

@@ -33,6 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from app.core.tracing import NO_TRACING, CallTracer
+
 logger = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 200
@@ -179,6 +181,8 @@ class ToolEvents:
         self._unwarned_drops = 0
         self._warned_at: float | None = None
         self.stats = ToolEventStats()
+        # Spans around each call (core.tracing), made inline where the call runs.
+        self.tracer: CallTracer = NO_TRACING
         for hook in hooks:
             self.subscribe(hook)
 

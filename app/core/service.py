@@ -75,6 +75,9 @@ class ResponsesService:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.upstream = upstream
+        # What the responses' inference rounds go through: the upstream, or a wrapper that
+        # traces them (app.telemetry); the other calls (tokens, compaction) use ``upstream``.
+        self.inference: Upstream = upstream
         self.store = store
         self.toolkit = toolkit
         self.limits = limits or LoopLimits()
@@ -186,7 +189,7 @@ class ResponsesService:
             deadline=deadline,
         )
         return ToolLoop(
-            upstream=self.upstream,
+            upstream=self.inference,
             request=loop_request,
             prepared=prepared,
             limits=self.limits,
@@ -202,7 +205,7 @@ class ResponsesService:
         if loop is not None:
             return await self._create_looped(request, history, loop, response_id, created_at)
         deadline = self.limits.deadline(background=request.params.background is True)
-        answer = self.upstream.create_response(upstream_body, headers)
+        answer = self.inference.create_response(upstream_body, headers)
         data = await within(deadline, answer, lambda cut: cut.timed_out_response())
         raw_output = data.get("output")
         output = [
@@ -286,7 +289,7 @@ class ResponsesService:
                 raise
             return self._stream(request, history, loop, loop, response_id, created_at)
         deadline = self.limits.deadline(background=request.params.background is True)
-        opening = self.upstream.stream_response(upstream_body, headers)
+        opening = self.inference.stream_response(upstream_body, headers)
         upstream_events = await within(deadline, opening, timed_out_stream)
         prelude = [compaction_prelude(i) for i in view.output]
         single = SingleRound(upstream_events, prelude, deadline)

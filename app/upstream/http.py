@@ -27,7 +27,14 @@ logger = logging.getLogger(__name__)
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
 
-_PASSED_HEADERS = ("openai-organization", "openai-project", "x-request-id")
+# The request id, OpenAI's organization and project; a trace context when tracing is on.
+_PASSED_HEADERS = (
+    "openai-organization",
+    "openai-project",
+    "x-request-id",
+    "traceparent",
+    "tracestate",
+)
 
 
 class HttpOptions(TypedDict, total=False):

@@ -16,8 +16,9 @@ import openai
 import pytest
 from pydantic import ValidationError
 
+from app.compaction_key import compaction_codec
 from app.core.compaction import CompactionCodec
-from app.main import compaction_codec, create_app
+from app.main import create_app
 from app.settings import Settings, load_settings
 from tests.api.test_compaction import MODEL, SUMMARY, SummarizingUpstream
 from tests.helpers import in_process, openai_client, serve_in_thread

@@ -18,6 +18,7 @@ from app.api.sse import event_stream_response
 from app.api.state import gateway_state
 from app.api.tenancy import principal_of
 from app.core.background import NOT_BACKGROUND_CANCEL, NOT_BACKGROUND_STREAM
+from app.core.request_id import current_request_id
 from app.errors import InvalidRequestError
 from app.protocol.compaction import CompactRequest
 from app.protocol.metadata import check_metadata
@@ -25,16 +26,21 @@ from app.protocol.requests import CreateResponseRequest, ParsedRequest, check_cr
 
 router = APIRouter()
 
-_FORWARDED_HEADERS = ("openai-organization", "openai-project", "x-request-id")
+_FORWARDED_HEADERS = ("openai-organization", "openai-project")
 
 
 def client_headers(request: HTTPConnection) -> dict[str, str]:
-    """What the upstream may need from a request or a WebSocket's handshake: tracing headers,
-    and the client's own credential as ``authorization`` when the principal has one (a JWT,
-    or with authentication off the client's bearer or ``x-api-key``; never a gateway key),
-    which only an upstream configured with ``forward_client_key`` sends on."""
+    """What the upstream may need from a request or a WebSocket's handshake: the request id
+    (``app.api.request_id``: the client's ``x-request-id``, or the one the gateway gave it),
+    OpenAI's organization and project, and the client's own credential as ``authorization``
+    when the principal has one (a JWT, or with authentication off the client's bearer or
+    ``x-api-key``; never a gateway key), which only an upstream configured with
+    ``forward_client_key`` sends on."""
     headers = request.headers
     out = {name: headers[name] for name in _FORWARDED_HEADERS if name in headers}
+    request_id = current_request_id()
+    if request_id is not None:
+        out["x-request-id"] = request_id
     credential = principal_of(request).client_credential
     if credential:
         out["authorization"] = f"Bearer {credential}"

@@ -101,12 +101,13 @@ class ResponsesSocket:
         # The principal of the WebSocket's handshake: every turn runs for its tenant.
         self._tenant = principal_of(websocket).tenant
         self.store = ConnectionStore(state.store, self._tenant)
-        self._upstream = WarmupUpstream(state.upstream)
+        # Around the path the rounds take (``ResponsesService.inference``: traced or not).
+        self._upstream = WarmupUpstream(state.service.inference)
         # The application's service with this connection's store and upstream (its toolkit,
         # limits and hooks are shared): ``app.core`` stays unaware of connections.
         self._service = copy.copy(state.service)
         self._service.store = self.store
-        self._service.upstream = self._upstream
+        self._service.upstream = self._service.inference = self._upstream
         self._inbox: asyncio.Queue[str | bytes | None] = asyncio.Queue()
         self._gone = asyncio.Event()
 

@@ -16,6 +16,8 @@ A binding is a mapping on the tool's spec (``ToolSpec.binding``), validated here
   ``auth`` (``bearer`` with ``token_env``, ``api_key`` with ``header`` and ``key_env``,
   ``basic`` with ``username`` and ``password_env``): secrets are read from the environment on
   each call and live only in the request's headers, never in the spec, a history or a message.
+  A call made for a client's request sends its id as ``X-Request-Id`` (unless ``headers`` sets
+  one; ``core.request_id``).
 - ``tls``: ``ca_bundle`` (the CAs trusted instead of the default ones), ``client_cert`` and
   ``client_key`` (a client certificate), ``verify`` (on by default).
 - ``timeout`` (seconds) and ``max_response_bytes``: None takes the engine's defaults.
@@ -33,6 +35,7 @@ from urllib.parse import quote, urlsplit
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.core.request_id import current_request_id
 from app.protocol.json_types import JsonObject
 
 Method = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"]
@@ -271,6 +274,9 @@ def build_request(
     if json_body is not None:
         headers.setdefault("Content-Type", "application/json")
     headers.setdefault("Accept", "application/json")
+    request_id = current_request_id()  # the client's request this call serves
+    if request_id is not None:
+        headers.setdefault("X-Request-Id", request_id)
     return Request(
         method=binding.method,
         url=url,

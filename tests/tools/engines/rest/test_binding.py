@@ -8,6 +8,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
+from app.core.request_id import REQUEST_ID
 from app.tools.engines.rest.binding import (
     ArgumentError,
     MissingSecretError,
@@ -18,6 +19,18 @@ from app.tools.engines.rest.binding import (
 
 def binding(**fields: Any) -> RestBinding:
     return RestBinding.model_validate({"url": "https://api.example.com/v1/items/{id}", **fields})
+
+
+def test_a_call_made_for_a_request_sends_its_request_id() -> None:
+    assert "X-Request-Id" not in build_request(binding(), {"id": 1}, {}).headers
+    token = REQUEST_ID.set("req_from_client")
+    try:
+        request = build_request(binding(), {"id": 1}, {})
+        configured = build_request(binding(headers={"X-Request-Id": "mine"}), {"id": 1}, {})
+    finally:
+        REQUEST_ID.reset(token)
+    assert request.headers["X-Request-Id"] == "req_from_client"
+    assert configured.headers["X-Request-Id"] == "mine"
 
 
 def test_get_puts_the_rest_in_the_query() -> None:
