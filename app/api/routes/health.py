@@ -1,12 +1,16 @@
-"""``GET /health`` (the process is alive) and ``GET /ready`` (the upstreams answer)."""
+"""``GET /health`` (the process is alive: always 200 while it serves) and ``GET /ready`` (the
+upstreams answer and the store can serve: 503 in the error envelope naming what is down)."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.api.state import gateway_state
-from app.core.ports import UpstreamReadiness
+from app.core.ports import ResponseStore, StoreReadiness, UpstreamReadiness
 from app.errors import NotReadyError
 
 router = APIRouter()
@@ -23,20 +27,41 @@ async def ready(request: Request) -> JSONResponse:
     upstream = state.upstream
     configs = state.settings.resolved_upstreams()
     if isinstance(upstream, UpstreamReadiness):
-        answers = await upstream.readiness()
+        upstreams = upstream.readiness()
     else:
-        answers = {configs[0].name: await upstream.check_ready()}
+        upstreams = _one(configs[0].name, upstream.check_ready())
+    answers, store_problem = await asyncio.gather(upstreams, _store_problem(state.store))
     urls = {config.name: config.url for config in configs}
     down = [name for name, ok in answers.items() if not ok]
+    problems = [] if store_problem is None else [f"the store is unavailable ({store_problem})"]
     if down:
         named = ", ".join(f"{name} ({urls.get(name, '?')})" for name in down)
         if len(configs) == 1:
-            raise NotReadyError(f"the upstream at {configs[0].url} is not answering")
-        raise NotReadyError(f"upstreams not answering: {named}")
+            problems.append(f"the upstream at {configs[0].url} is not answering")
+        else:
+            problems.append(f"upstreams not answering: {named}")
+    if problems:
+        if not down:
+            code = "storage_unavailable"
+        else:
+            code = "upstream_not_ready" if store_problem is None else "not_ready"
+        raise NotReadyError("; ".join(problems), code=code)
     return JSONResponse(
         {
             "status": "ready",
             "upstream": configs[0].url,
             "upstreams": {name: "ready" for name in answers},
+            "store": "ready",
         }
     )
+
+
+async def _one(name: str, answer: Awaitable[bool]) -> dict[str, bool]:
+    return {name: await answer}
+
+
+async def _store_problem(store: ResponseStore) -> str | None:
+    """Why the store cannot serve, or None (a store that cannot tell is taken as ready)."""
+    if isinstance(store, StoreReadiness):
+        return await store.readiness_problem()
+    return None
