@@ -17,6 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from app.errors import StorageUnavailableError
 from app.store.engine import SQLITE_BEGIN
 from app.store.inline import inline_database_path
 from app.store.sql_database import SqlDatabase
@@ -40,15 +41,30 @@ async def readiness_problem(db: SqlDatabase) -> str | None:
     query = "SELECT 1" if db.is_sqlite else "SELECT current_setting('transaction_read_only')"
     engine = db.engine.execution_options(**{SQLITE_BEGIN: None})
     try:
-        async with asyncio.timeout(READY_TIMEOUT), engine.connect() as conn:
-            answer = await conn.scalar(text(query))
+        async with asyncio.timeout(READY_TIMEOUT):
+            for attempt in range(2):
+                try:
+                    async with engine.connect() as conn:
+                        answer = await conn.scalar(text(query))
+                    break
+                except StorageUnavailableError:
+                    # A pooled connection the server closed (a restart) fails once; SQLAlchemy
+                    # then drops the pool, and the next connection is a fresh one.
+                    if attempt:
+                        raise
     except Exception as exc:  # TimeoutError, StorageUnavailableError, anything: not ready
-        logger.warning("readiness: the store does not answer: %r", exc, exc_info=exc)
+        logger.warning("readiness: the store does not answer: %s", _root_cause(exc))
         return NOT_ANSWERING
     if answer == "on":
         return READ_ONLY_DATABASE
     path = inline_database_path(db.engine.url) if db.is_sqlite else None
     return None if path is None else _file_problem(Path(path))
+
+
+def _root_cause(exc: BaseException) -> str:
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _file_problem(path: Path) -> str | None:
