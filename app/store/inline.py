@@ -55,6 +55,8 @@ class InlineSqliteReader:
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 return None
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_READONLY:
+                raise  # a write on this query_only connection: a bug, not the storage
             raise translated(exc) from exc
         except sqlite3.DatabaseError as exc:  # corrupt, not a database
             raise translated(exc) from exc
