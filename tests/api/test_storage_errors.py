@@ -14,6 +14,7 @@ databases, are tests/api/test_storage_failures.py and tests/serving/test_storage
 from __future__ import annotations
 
 import errno
+import io
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from starlette.testclient import TestClient
 
 from app.core.ports import NewResponse, StoredResponse
 from app.errors import StorageUnavailableError
+from app.files import extract_worker
 from app.main import create_app
 from app.settings import Settings
 from app.store.failures import is_unavailable, translated
@@ -210,3 +212,16 @@ def test_a_bug_in_a_stream_has_a_fixed_message(
     assert reply.status_code == 200
     assert SECRET not in reply.text
     assert "The server had an error while processing your request." in reply.text
+
+
+def test_an_unforeseen_extraction_failure_keeps_its_text_for_the_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> str:
+        raise KeyError(SECRET)
+
+    monkeypatch.setattr(extract_worker, "extract_text", broken)
+    reply = extract_worker.extract_reply({"filename": "a.pdf"}, io.BytesIO(b"%PDF"))
+    assert reply["error"]["code"] == "server_error"
+    assert reply["error"]["message"] == extract_worker.UNEXPECTED_FAILURE
+    assert SECRET in reply["error"]["detail"]  # logged by extract_process, never sent
