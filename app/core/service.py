@@ -367,7 +367,12 @@ class ResponsesService:
         if request.params.store is False or response["status"] not in _STORED_STATUSES:
             return
         try:
-            await self._save(history, response, request.tenant)
+            try:
+                await self._save(history, response, request.tenant)
+            except StorageUnavailableError:
+                # Once more: a pooled connection the database closed (a restart) fails once,
+                # and the next one is fresh; the generation is worth a second write.
+                await self._save(history, response, request.tenant)
         except ConversationNotFoundError:
             # The conversation was deleted while the response was being generated.
             raise NotFoundError(

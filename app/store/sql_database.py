@@ -119,9 +119,13 @@ class SqlDatabase:
                     return list(await driver.execute_fetchall(statement.sql, args))
                 return list(await driver.fetch(statement.sql, *args))
             except Exception as exc:
-                # Not through SQLAlchemy, so it cannot tell a dead connection: drop it.
+                # Not through SQLAlchemy, so it cannot tell a dead connection: drop it, and
+                # when the storage is unavailable (a restart closed them), the idle ones too.
                 await conn.invalidate()
-                raise translated(exc) from exc
+                failure = translated(exc)
+                if failure is not exc:
+                    await self.engine.dispose()
+                raise failure from exc
             except BaseException:
                 await conn.invalidate()
                 raise

@@ -177,3 +177,10 @@ def test_read_only_then_gone_then_back(gateway: Gateway, caplog: pytest.LogCaptu
     assert gateway.sdk.responses.retrieve(kept.id).output_text == kept.output_text
     follow = gateway.sdk.responses.create(model="m", input="more", previous_response_id=kept.id)
     assert gateway.sdk.responses.retrieve(follow.id).previous_response_id == kept.id
+
+    # ---- the gateway's sessions cut (a server restart): the save goes through on a new one
+    gateway.terminate_sessions()
+    before = gateway.generations()
+    fresh = gateway.sdk.responses.create(model="m", input="after a restart")
+    assert gateway.generations() == before + 1
+    assert gateway.sdk.responses.retrieve(fresh.id).output_text == fresh.output_text
