@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -13,9 +15,8 @@ class GatewayError(Exception):
     code: str | None = None
     # A 5xx is logged with each request, unless the error was logged where it was found.
     log_each: bool = True
-    # Sent as ``x-should-retry`` when set: the ``openai`` SDKs obey it over their own rules
-    # (which retry every 5xx, 408, 409 and 429).
-    should_retry: bool | None = None
+    # Response headers that go with it (``retry-after``, ``x-should-retry``).
+    headers: Mapping[str, str] | None = None
 
     def __init__(
         self,
@@ -92,6 +93,22 @@ class UpstreamUnreachableError(UpstreamError):
     code = "upstream_unreachable"
 
 
+class UpstreamUnavailableError(UpstreamError):
+    """The upstream's circuit is open (``app.upstream.breaker``): the request fails fast."""
+
+    status_code = 503
+    code = "upstream_unavailable"
+    log_each = False  # the breaker logged the circuit opening
+
+    def __init__(self, name: str, retry_after: float) -> None:
+        wait = max(1, math.ceil(retry_after))
+        super().__init__(
+            f"The upstream {name!r} is unavailable: after failing repeatedly it gets no "
+            f"requests for a while. Retry in {wait} s."
+        )
+        self.headers = {"retry-after": str(wait), "retry-after-ms": str(wait * 1000)}
+
+
 class UpstreamTimeoutError(UpstreamError):
     status_code = 504
     code = "upstream_timeout"
@@ -164,7 +181,7 @@ class ResponseNotStoredError(StorageUnavailableError):
     (``x-should-retry: false``); it decides (again, later, or with ``store: false``)."""
 
     code = "response_not_stored"
-    should_retry = False
+    headers: Mapping[str, str] | None = {"x-should-retry": "false"}
 
     def __init__(self, message: str = RESPONSE_NOT_STORED) -> None:
         super().__init__(message)

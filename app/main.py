@@ -72,6 +72,7 @@ from app.tools.web_search.results import SearchLimits
 from app.upstream.chat_request import ChatOptions
 from app.upstream.http import HttpOptions
 from app.upstream.kinds import UpstreamSpec, create_upstream
+from app.upstream.retry import create_guard
 from app.upstream.router import UpstreamRoute, UpstreamRouter
 from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES
 
@@ -99,6 +100,7 @@ def create_configured_upstream(
 ) -> Upstream:
     """The ``Upstream`` of one configured upstream, by its kind (``app.upstream.kinds``)."""
     http: HttpOptions = {
+        "guard": create_guard(config.name, **config.guard_options()),
         "api_key": config.resolved_api_key(secret_environ()),
         "forward_client_key": config.forward_client_key,
         "connect_timeout": config.connect_timeout,

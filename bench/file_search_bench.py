@@ -114,6 +114,7 @@ from loop_bench import (
     first_function,
     make_runner,
     outputs_in,
+    parsed,
     rounds_wanted,
 )
 from mcp_bench import pct, run_loop
@@ -521,7 +522,7 @@ async def check_setup(setup: Setup, svc: dict[str, Any]) -> dict[str, Any]:
         upstream = svc[label]["upstream"]
         upstream.record = True
         body = fs_body(setup.vs_id, 2, include=["file_search_call.results"])
-        response = await svc[label]["service"].create(body, {})
+        response = await svc[label]["service"].create(parsed(body), {})
         upstream.record = False
         check_search_response(response, 2, queries)
         results = response["output"][0]["results"]
@@ -531,7 +532,9 @@ async def check_setup(setup: Setup, svc: dict[str, Any]) -> dict[str, Any]:
     instant = svc["instant"]["service"]
     for k in (1, 2):
         body = {"model": f"loop-{k}", "input": INPUT, "tools": [{"type": "instant"}]}
-        check_response(await instant.create({**body, "store": False}, {}), k, f"instant K={k}")
+        check_response(
+            await instant.create(parsed({**body, "store": False}), {}), k, f"instant K={k}"
+        )
     return {"results": len(results), "fed_chars": len(fed)}
 
 

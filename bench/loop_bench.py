@@ -240,7 +240,11 @@ class InstantToolKit:
         )
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: Any = None,
     ) -> Any:
         from app.core.tools import PreparedTools
         from app.tools.mcp.lowering import lower_mcp_items
@@ -268,7 +272,7 @@ def make_runner(service: Any, body: JsonObject, stream: bool) -> Callable[[], Aw
 
         async def run_stream() -> Any:
             last = None
-            async for event in await service.open_stream(streaming, {}):
+            async for event in await service.open_stream(parsed(streaming), {}):
                 encode_event(event)
                 last = event
             return last["response"] if last else None
@@ -276,11 +280,19 @@ def make_runner(service: Any, body: JsonObject, stream: bool) -> Callable[[], Aw
         return run_stream
 
     async def run_json() -> Any:
-        response = await service.create(body, {})
+        response = await service.create(parsed(body), {})
         orjson.dumps(response)
         return response
 
     return run_json
+
+
+def parsed(body: JsonObject) -> Any:
+    """What the route hands the service: the body validated once, for the default tenant."""
+    from app.core.tenancy import DEFAULT_TENANT
+    from app.protocol.requests import ParsedRequest
+
+    return ParsedRequest.from_body(dict(body), DEFAULT_TENANT)
 
 
 def make_direct(upstream: Any, body: JsonObject, stream: bool) -> Callable[[], Awaitable[Any]]:
@@ -404,19 +416,23 @@ async def inproc_mcp(
 ) -> dict[str, dict[str, Any]]:
     from mcp import Client
 
+    from app.core.engines import Namespace
     from app.core.loop import LoopLimits
     from app.core.service import ResponsesService
+    from app.core.tool_sessions import ToolSessions
+    from app.net.egress import EgressPolicy
+    from app.tools.engines.multi import MultiEngine, Route
+    from app.tools.mcp.engine import McpEngine, McpToolSet
     from app.tools.mcp.pool import McpSessionPool
     from app.tools.mcp.provider import McpToolProvider
-    from app.tools.mcp.servers import ConfiguredMcpServer
     from app.tools.mcp.spec import McpServerSpec
     from app.tools.toolkit import GatewayToolKit
     from tests.fakes import MemoryResponseStore
 
+    # The operator configured the counter server (on this machine: loopback allowed for it); a
+    # request names it by label and narrows it to ``sum``, run by the mcp engine.
     spec = McpServerSpec(label="counter", url=url, transport="streamable_http")
-    configured = {
-        "counter": ConfiguredMcpServer(spec=spec, allowed_tools=["sum"], require_approval="never")
-    }
+    local = EgressPolicy.of(allow_networks=["127.0.0.0/8", "::1/128"])
     out: dict[str, dict[str, Any]] = {}
     async with Client(url, mode="legacy") as sdk:
 
@@ -424,8 +440,12 @@ async def inproc_mcp(
             return await sdk.call_tool("sum", {"a": 2, "b": 3})
 
         for stream in (True, False):
-            pool = McpSessionPool({"counter": spec}, connect_timeout=10.0)
-            provider = McpToolProvider(configured=configured, pool=pool)
+            pool = McpSessionPool({"counter": spec}, connect_timeout=10.0, egress=local)
+            namespace = Namespace(
+                "counter", "mcp", McpToolSet(pool, "counter", "counter", list_timeout=30)
+            )
+            sessions = ToolSessions(MultiEngine({"counter": Route("mcp", McpEngine(pool))}))
+            provider = McpToolProvider(namespaces={"counter": namespace}, sessions=sessions)
             upstream = InstantUpstream()
             service = ResponsesService(
                 upstream,
@@ -439,7 +459,7 @@ async def inproc_mcp(
                 body = {
                     "model": f"loop-{k}",
                     "input": INPUT,
-                    "tools": [{"type": "mcp", "server_label": "counter"}],
+                    "tools": [{"type": "mcp", "server_label": "counter", "allowed_tools": ["sum"]}],
                     **extra,
                 }
                 entries[f"K={k}"] = make_runner(service, body, stream)
@@ -909,7 +929,11 @@ class BenchToolKit:
         return frozenset(self.real.secret_fields(tool_type))
 
     async def prepare(
-        self, body: JsonObject, history: list[JsonObject], new_input: list[JsonObject]
+        self,
+        body: JsonObject,
+        history: list[JsonObject],
+        new_input: list[JsonObject],
+        context: Any = None,
     ) -> Any:
         kit = self.instant if self._instant(body) else self.real
         return await kit.prepare(body, history, new_input)

@@ -233,10 +233,20 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
     from starlette.routing import Route
 
     from app.api.sse import encode_event
-    from app.core.response import build_response, normalize_item, normalize_usage
+    from app.core.response import (
+        ResponseOutcome,
+        build_response,
+        normalize_item,
+        normalize_usage,
+    )
+    from app.core.tenancy import DEFAULT_TENANT
     from app.main import create_app
-    from app.protocol.requests import CreateResponseRequest
+    from app.protocol.requests import CreateResponseRequest, ParsedRequest
     from app.settings import Settings
+
+    def parsed(body: dict[str, Any]) -> ParsedRequest:
+        """What the route hands the service: the body validated, for the default tenant."""
+        return ParsedRequest.from_body(dict(body), DEFAULT_TENANT)
 
     core = load_mock_core(shared)
     json_body = core.responses(dict(BODY)).body
@@ -264,7 +274,7 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
     assert status == 200 and b"response.completed" in out, out[-300:]
     n_events = out.count(b"\nevent: ") + 1
     upstream_data = orjson.loads(json_body)
-    built = await service.create(dict(BODY), {})
+    built = await service.create(parsed(BODY), {})
 
     # floors: the same FastAPI stack (error handlers included) with a trivial endpoint; Starlette
     fast = FastAPI(docs_url=None, redoc_url=None)
@@ -279,7 +289,7 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
         return Response(json_body, media_type="application/json")
 
     events_out: list[dict[str, Any]] = []
-    async for e in await service.open_stream({**BODY, "stream": True}, {}):
+    async for e in await service.open_stream(parsed({**BODY, "stream": True}), {}):
         events_out.append(e)
     frames = [encode_event(e) for e in events_out] + [b"data: [DONE]\n\n"]
 
@@ -315,11 +325,11 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
         assert status == 200, (path, status, out[:200])
 
     async def consume_stream() -> None:
-        async for _ in await service.open_stream({**BODY, "stream": True}, {}):
+        async for _ in await service.open_stream(parsed({**BODY, "stream": True}), {}):
             pass
 
     async def consume_stream_encoded() -> None:
-        async for e in await service.open_stream({**BODY, "stream": True}, {}):
+        async for e in await service.open_stream(parsed({**BODY, "stream": True}), {}):
             encode_event(e)
 
     async def parse_only() -> None:
@@ -363,19 +373,13 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
     )
     add(
         "  ResponsesService.create (in-process upstream; store write included if any)",
-        await timeit_async(lambda: service.create(dict(BODY), {}), n, repeats),
+        await timeit_async(lambda: service.create(parsed(BODY), {}), n, repeats),
     )
     add(
         "    build_response(...)",
         timeit_sync(
             lambda: build_response(
-                request=BODY,
-                response_id="resp_x",
-                created_at=1,
-                status="completed",
-                output=[],
-                upstream=upstream_data,
-                usage=None,
+                BODY, "resp_x", 1, ResponseOutcome("completed", [], upstream=upstream_data)
             ),
             n,
             repeats,
@@ -466,7 +470,7 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
     long_service = (await started_app(InProcessUpstream(json_body, long_sse))).state.gateway.service
 
     async def consume_long() -> None:
-        async for _ in await long_service.open_stream({**BODY, "stream": True}, {}):
+        async for _ in await long_service.open_stream(parsed({**BODY, "stream": True}), {}):
             pass
 
     long_us = await timeit_async(consume_long, max(n // 100, 20), repeats)

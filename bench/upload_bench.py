@@ -126,8 +126,10 @@ def main() -> None:
                 peak = status_kib(pid, "VmHWM")
                 print(f"# docx bomb: {provenance['source']} ({provenance['head']})")
                 print(f"final status after {seconds:.1f} s; last_error: {error}")
-                print(f"gateway RSS ready {ready_rss / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB "
-                      f"(+{(peak - ready_rss) / 1024:.0f} MiB)")
+                print(
+                    f"gateway RSS ready {ready_rss / 1024:.0f} MiB, peak {peak / 1024:.0f} MiB "
+                    f"(+{(peak - ready_rss) / 1024:.0f} MiB)"
+                )
                 return
             length, chunks = body(args.mb)
             started = time.perf_counter()
@@ -145,12 +147,16 @@ def main() -> None:
             after = status_kib(pid, "VmRSS")
         stored = sum(p.stat().st_size for p in (Path(data_dir) / "files").glob("file-*"))
     print(f"# upload bench: {provenance['source']} ({provenance['head']})")
-    print(f"status {reply.status_code}, {args.mb} MiB in {seconds:.1f} s "
-          f"({args.mb / seconds:.0f} MiB/s), stored {stored / 2**20:.0f} MiB")
+    print(
+        f"status {reply.status_code}, {args.mb} MiB in {seconds:.1f} s "
+        f"({args.mb / seconds:.0f} MiB/s), stored {stored / 2**20:.0f} MiB"
+    )
     print("| RSS ready | peak RSS during upload | peak - ready | RSS after |")
     print("|---|---|---|---|")
-    print(f"| {ready_rss / 1024:.0f} MiB | {peak / 1024:.0f} MiB | "
-          f"{(peak - ready_rss) / 1024:.0f} MiB | {after / 1024:.0f} MiB |")
+    print(
+        f"| {ready_rss / 1024:.0f} MiB | {peak / 1024:.0f} MiB | "
+        f"{(peak - ready_rss) / 1024:.0f} MiB | {after / 1024:.0f} MiB |"
+    )
 
 
 if __name__ == "__main__":

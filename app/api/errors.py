@@ -6,8 +6,8 @@ the error's type, code and param, and its message (INFO for a 4xx, WARNING for a
 operator sees why a client failed without the client's help. A request body is never logged.
 A storage failure (``StorageUnavailableError``) and an unexpected exception are logged at ERROR
 with their traceback and the client's ``x-request-id``; their clients get a fixed message, never
-the exception's text. An error with ``should_retry`` set answers ``x-should-retry`` (which the
-``openai`` and ``anthropic`` SDKs obey: ``false`` when a retry would pay for a generation again).
+the exception's text. An error's ``headers`` go with it (``x-should-retry: false``, which the
+``openai`` and ``anthropic`` SDKs obey, when a retry would pay for a generation again).
 """
 
 from __future__ import annotations
@@ -39,8 +39,6 @@ _ANTHROPIC_PREFIX = "/v1/messages"
 def _reply(
     request: Request, error: GatewayError, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
-    if error.should_retry is not None:
-        headers = {**(headers or {}), "x-should-retry": "true" if error.should_retry else "false"}
     if request.url.path.startswith(_ANTHROPIC_PREFIX):
         status, body = error_envelope(error)
         return JSONResponse(body, status_code=status, headers=headers)
@@ -86,7 +84,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     # A storage failure's cause (the driver's error) is logged here, never sent.
     traced = exc if isinstance(exc, StorageUnavailableError) else None
     log_refusal(request, exc.status_code, exc, loud=exc.log_each, exc=traced)
-    return _reply(request, exc)
+    return _reply(request, exc, exc.headers)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

@@ -47,6 +47,23 @@ class UpstreamReadiness(Protocol):
     async def readiness(self) -> dict[str, bool]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class CircuitReport:
+    """One upstream's circuit breaker as ``/ready`` shows it: ``state`` "closed", "open" (its
+    requests fail fast) or "half_open" (the next one is a trial), and the seconds until it lets
+    a request through again."""
+
+    state: str
+    retry_after: float
+
+
+@runtime_checkable
+class UpstreamCircuits(Protocol):
+    """Upstreams with circuit breakers: each one's circuit, by name."""
+
+    def circuits(self) -> dict[str, CircuitReport]: ...
+
+
 @runtime_checkable
 class StoreReadiness(Protocol):
     """A store that can say whether it can serve (``GET /ready``): a cheap round trip, bounded

@@ -1,5 +1,6 @@
 """What every HTTP upstream shares: the pooled aiohttp session, credentials, error mapping,
-``/v1/models``, readiness and the raw ``/v1/chat/completions`` passthrough.
+retries and the circuit breaker (``retry``), ``/v1/models``, readiness and the raw
+``/v1/chat/completions`` passthrough.
 
 The hot path runs on aiohttp's ClientSession: on this project's benchmark it adds a third of
 the latency of httpx.AsyncClient and sustains seven times the request rate (bench/README.md).
@@ -18,6 +19,7 @@ from app.core.ports import RawReply, RawStream
 from app.errors import UpstreamError, UpstreamEventTooLargeError, UpstreamHTTPError
 from app.net.http import decode_json_object, error_envelope, map_transport_error, release
 from app.protocol.json_types import JsonObject
+from app.upstream.retry import NO_RETRY, RetryPolicy, UpstreamGuard
 from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES
 
 logger = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ class HttpOptions(TypedDict, total=False):
     max_connections: int
     # One SSE line or event, or one JSON answer ([limits] max_upstream_event_bytes).
     max_event_bytes: int
+    # Retries of requests that never started, and the circuit breaker (``retry``); none: a
+    # request is sent once and no circuit is kept.
+    guard: UpstreamGuard
 
 
 class HttpUpstream:
@@ -54,6 +59,7 @@ class HttpUpstream:
             sock_read=options.get("read_timeout", 600.0),
         )
         self._connector_limit = options.get("max_connections", 256)
+        self.guard = options.get("guard") or UpstreamGuard(RetryPolicy(retries=0))
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -93,17 +99,16 @@ class HttpUpstream:
 
     async def post_json(self, url: str, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
         """POST ``body`` and decode the JSON answer; HTTP errors raise ``UpstreamHTTPError``."""
+        resp, retried = await self._send(url, orjson.dumps(body), headers, JSON_TYPE)
         try:
-            async with self.session.post(
-                url, data=orjson.dumps(body), headers=self.headers_for(headers, JSON_TYPE)
-            ) as resp:
+            async with resp:
                 raw = await read_at_most(resp, self.max_event_bytes)
-                if resp.status >= 400:
-                    raise UpstreamHTTPError(resp.status, error_envelope(resp.status, raw))
         except UpstreamError:
             raise
         except Exception as exc:
             raise map_transport_error(exc) from exc
+        if resp.status >= 400:
+            raise _http_error(resp.status, raw, retried)
         return decode_json_object(raw)
 
     async def post_stream(
@@ -111,12 +116,7 @@ class HttpUpstream:
     ) -> aiohttp.ClientResponse | JsonObject:
         """POST ``body`` asking for SSE: the open response, or the decoded JSON object when the
         server ignored ``stream`` and answered at once. HTTP errors raise before any event."""
-        try:
-            resp = await self.session.post(
-                url, data=orjson.dumps(body), headers=self.headers_for(headers, SSE_TYPE)
-            )
-        except Exception as exc:
-            raise map_transport_error(exc) from exc
+        resp, retried = await self._send(url, orjson.dumps(body), headers, SSE_TYPE)
         if resp.status < 400 and resp.content_type != JSON_TYPE:
             return resp
         try:
@@ -128,8 +128,16 @@ class HttpUpstream:
         finally:
             resp.release()
         if resp.status >= 400:
-            raise UpstreamHTTPError(resp.status, error_envelope(resp.status, raw))
+            raise _http_error(resp.status, raw, retried)
         return decode_json_object(raw)
+
+    async def _send(
+        self, url: str, data: bytes, headers: Mapping[str, str], accept: str
+    ) -> tuple[aiohttp.ClientResponse, bool]:
+        """POST ``data`` through the guard: the response (body unread) and whether the
+        request was retried."""
+        sent = self.headers_for(headers, accept)
+        return await self.guard.send(lambda: self.session.post(url, data=data, headers=sent))
 
     async def list_models(self, headers: Mapping[str, str]) -> RawReply:
         try:
@@ -164,21 +172,21 @@ class HttpUpstream:
     ) -> RawStream:
         """``POST /v1/chat/completions`` with the client's body as it came; the answer (JSON,
         SSE or an error) is streamed back unchanged."""
-        stream = parsed.get("stream") is True
-        try:
-            resp = await self.session.post(
-                f"{self.base_url}/v1/chat/completions",
-                data=body,
-                headers=self.headers_for(headers, SSE_TYPE if stream else JSON_TYPE),
-            )
-        except Exception as exc:
-            raise map_transport_error(exc) from exc
+        accept = SSE_TYPE if parsed.get("stream") is True else JSON_TYPE
+        resp, _ = await self._send(f"{self.base_url}/v1/chat/completions", body, headers, accept)
         return RawStream(
             status_code=resp.status,
             content_type=resp.headers.get("content-type", JSON_TYPE),
             chunks=_raw_chunks(resp),
             close=_closer(resp),
         )
+
+
+def _http_error(status: int, raw: bytes, retried: bool) -> UpstreamHTTPError:
+    error = UpstreamHTTPError(status, error_envelope(status, raw))
+    if retried:
+        error.headers = NO_RETRY
+    return error
 
 
 async def read_at_most(resp: aiohttp.ClientResponse, limit: int) -> bytes:

@@ -21,6 +21,7 @@ import orjson
 from app.core.compaction import NativeCompactor
 from app.core.ports import (
     ChatCompletionsForwarder,
+    CircuitReport,
     RawReply,
     RawStream,
     TokenCount,
@@ -30,6 +31,7 @@ from app.core.ports import (
 )
 from app.errors import NotFoundError, UpstreamError
 from app.protocol.json_types import JsonObject
+from app.upstream.http import HttpUpstream
 from app.upstream.tokenize import estimate_count
 
 logger = logging.getLogger(__name__)
@@ -195,6 +197,16 @@ class UpstreamRouter:
     async def readiness(self) -> dict[str, bool]:
         answers = await asyncio.gather(*(route.upstream.check_ready() for route in self.routes))
         return {route.name: ready for route, ready in zip(self.routes, answers, strict=True)}
+
+    def circuits(self) -> dict[str, CircuitReport]:
+        """``core.ports.UpstreamCircuits``: each upstream's circuit, by name."""
+        reports: dict[str, CircuitReport] = {}
+        for route in self.routes:
+            upstream = route.upstream
+            if isinstance(upstream, HttpUpstream) and upstream.guard.breaker is not None:
+                breaker = upstream.guard.breaker
+                reports[route.name] = CircuitReport(breaker.state.value, breaker.retry_after)
+        return reports
 
     async def aclose(self) -> None:
         for route in self.routes:

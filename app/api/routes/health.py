@@ -1,16 +1,18 @@
 """``GET /health`` (the process is alive: always 200 while it serves) and ``GET /ready`` (the
-upstreams answer and the store can serve: 503 in the error envelope naming what is down)."""
+upstreams answer, none has its circuit open (``app.upstream.breaker``), and the store can
+serve: 503 in the error envelope naming what is down)."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.api.state import gateway_state
-from app.core.ports import ResponseStore, StoreReadiness, UpstreamReadiness
+from app.core.ports import ResponseStore, StoreReadiness, UpstreamCircuits, UpstreamReadiness
 from app.errors import NotReadyError
 
 router = APIRouter()
@@ -26,7 +28,15 @@ async def ready(request: Request) -> JSONResponse:
     state = gateway_state(request)
     upstream = state.upstream
     configs = state.settings.resolved_upstreams()
-    if isinstance(upstream, UpstreamReadiness):
+    circuits = upstream.circuits() if isinstance(upstream, UpstreamCircuits) else {}
+    tripped = [
+        f"{name} (retry in {max(1, math.ceil(report.retry_after))} s)"
+        for name, report in circuits.items()
+        if report.state == "open"
+    ]
+    if tripped:
+        upstreams: Awaitable[dict[str, bool]] = _none()
+    elif isinstance(upstream, UpstreamReadiness):
         upstreams = upstream.readiness()
     else:
         upstreams = _one(configs[0].name, upstream.check_ready())
@@ -34,26 +44,34 @@ async def ready(request: Request) -> JSONResponse:
     urls = {config.name: config.url for config in configs}
     down = [name for name, ok in answers.items() if not ok]
     problems = [] if store_problem is None else [f"the store is unavailable ({store_problem})"]
-    if down:
+    if tripped:
+        problems.append(f"upstreams failing fast, their circuit open: {', '.join(tripped)}")
+    elif down:
         named = ", ".join(f"{name} ({urls.get(name, '?')})" for name in down)
         if len(configs) == 1:
             problems.append(f"the upstream at {configs[0].url} is not answering")
         else:
             problems.append(f"upstreams not answering: {named}")
     if problems:
-        if not down:
-            code = "storage_unavailable"
-        else:
-            code = "upstream_not_ready" if store_problem is None else "not_ready"
-        raise NotReadyError("; ".join(problems), code=code)
+        upstream_down = bool(tripped or down)
+        if store_problem is None:
+            raise NotReadyError("; ".join(problems))
+        raise NotReadyError(
+            "; ".join(problems), code="not_ready" if upstream_down else "storage_unavailable"
+        )
     return JSONResponse(
         {
             "status": "ready",
             "upstream": configs[0].url,
             "upstreams": {name: "ready" for name in answers},
+            "circuits": {name: report.state for name, report in circuits.items()},
             "store": "ready",
         }
     )
+
+
+async def _none() -> dict[str, bool]:
+    return {}
 
 
 async def _one(name: str, answer: Awaitable[bool]) -> dict[str, bool]:
