@@ -260,9 +260,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the --config file.",
     )
     serve.add_argument("--config", type=Path, help="TOML configuration file")
-    serve.add_argument(
-        "--host", help="bind address (default 127.0.0.1; any other turns [auth] on)"
-    )
+    serve.add_argument("--host", help="bind address (default 127.0.0.1; any other turns [auth] on)")
     serve.add_argument("--port", type=int, help="port (default 9000)")
     serve.add_argument(
         "--upstream-url", help="base URL of the inference server (default http://127.0.0.1:8000)"

@@ -152,6 +152,41 @@ class UpstreamHTTPError(UpstreamError):
         return self.envelope
 
 
+STORAGE_UNAVAILABLE = (
+    "The gateway's storage is unavailable, so the request was not carried out; please retry later."
+)
+RESPONSE_NOT_STORED = (
+    "The response was generated but could not be stored: the gateway's storage is unavailable. "
+    "Nothing was saved; sending the request again generates a new response."
+)
+
+
+class StorageUnavailableError(GatewayError):
+    """The gateway's store cannot be reached or cannot write (database down, connection lost,
+    disk full, read-only data directory). Nothing was generated or written, so a retry is safe
+    (the SDKs retry a 503). The store adapters raise it from the driver's error; the message is
+    always this fixed one, and the cause is logged with the request, never sent."""
+
+    status_code = 503
+    type = "server_error"
+    code = "storage_unavailable"
+
+    def __init__(self, message: str = STORAGE_UNAVAILABLE) -> None:
+        super().__init__(message)
+
+
+class ResponseNotStoredError(StorageUnavailableError):
+    """The storage failed when saving a response the upstream had already generated: a retry
+    pays for another generation, so the client is told not to retry blindly
+    (``x-should-retry: false``); it decides (again, later, or with ``store: false``)."""
+
+    code = "response_not_stored"
+    headers: Mapping[str, str] | None = {"x-should-retry": "false"}
+
+    def __init__(self, message: str = RESPONSE_NOT_STORED) -> None:
+        super().__init__(message)
+
+
 class NotReadyError(GatewayError):
     status_code = 503
     type = "server_error"

@@ -202,4 +202,3 @@ def jwks_reader(settings: JwtSettings) -> JwksReader:
         return data
 
     return fetch
-

@@ -93,8 +93,11 @@ class KeyRing:
                 # Keep the last keys read; the next refresh tries again.
                 self._loaded_at = started
                 if not self._failing:
-                    logger.warning("reading the api_keys table failed (keeping the keys read "
-                                   "before): %s: %s", type(exc).__name__, exc)
+                    logger.warning(
+                        "reading the api_keys table failed (keeping the keys read before): %s: %s",
+                        type(exc).__name__,
+                        exc,
+                    )
                 self._failing = True
                 return
             keys = dict(self._configured)

@@ -4,6 +4,10 @@ Messages paths, ``/v1/messages...``), and one log line.
 Each refused or failed request is logged once, on ``app.api.errors``: method, path, status,
 the error's type, code and param, and its message (INFO for a 4xx, WARNING for a 5xx), so an
 operator sees why a client failed without the client's help. A request body is never logged.
+A storage failure (``StorageUnavailableError``) and an unexpected exception are logged at ERROR
+with their traceback and the client's ``x-request-id``; their clients get a fixed message, never
+the exception's text. An error's ``headers`` go with it (``x-should-retry: false``, which the
+``openai`` and ``anthropic`` SDKs obey, when a retry would pay for a generation again).
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.body import format_loc
-from app.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
+from app.core.failures import SERVER_ERROR_MESSAGE
+from app.errors import (
+    GatewayError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    StorageUnavailableError,
+)
 from app.frontends.anthropic.errors import error_envelope
 
 # Anthropic's Messages API: errors on its paths are in Anthropic's envelope.
@@ -37,28 +48,42 @@ def _reply(
 logger = logging.getLogger(__name__)
 
 
-def log_refusal(request: Request, status: int, error: GatewayError, *, loud: bool = True) -> None:
-    """The one line a refused (4xx) or failed (5xx) request leaves in the log."""
+def log_refusal(
+    request: Request,
+    status: int,
+    error: GatewayError,
+    *,
+    loud: bool = True,
+    exc: BaseException | None = None,
+) -> None:
+    """The one line a refused (4xx) or failed (5xx) request leaves in the log; with ``exc``, at
+    ERROR with its traceback and the request id."""
     level = logging.WARNING if status >= 500 and loud else logging.INFO
+    if exc is not None:
+        level = logging.ERROR
     if not logger.isEnabledFor(level):
         return
     logger.log(
         level,
-        "%s %s -> %d %s code=%s param=%s: %s",
+        "%s %s -> %d %s code=%s param=%s (request_id=%s): %s",
         request.method,
         request.url.path,
         status,
         error.type,
         error.code,
         error.param,
+        request.headers.get("x-request-id"),
         error.message[:500],
+        exc_info=exc,
     )
 
 
 async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     # ``log_each`` False: the adapter logged the details once; each request still leaves a line.
-    log_refusal(request, exc.status_code, exc, loud=exc.log_each)
+    # A storage failure's cause (the driver's error) is logged here, never sent.
+    traced = exc if isinstance(exc, StorageUnavailableError) else None
+    log_refusal(request, exc.status_code, exc, loud=exc.log_each, exc=traced)
     return _reply(request, exc, exc.headers)
 
 
@@ -86,8 +111,9 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unhandled error on %s %s", request.method, request.url.path)
-    error = GatewayError("The server had an error while processing your request.")
+    """A bug: logged with its traceback; the client gets a fixed message."""
+    error = GatewayError(SERVER_ERROR_MESSAGE)
+    log_refusal(request, error.status_code, error, exc=exc)
     return _reply(request, error)
 
 

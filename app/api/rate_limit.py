@@ -204,6 +204,4 @@ def install_rate_limits(app: Starlette, settings: LimitsSettings, redis_url: str
     authentication middleware is added (Starlette runs the last added outermost), so that the
     principal is on the scope when a request gets here."""
     if settings.rate_limited:
-        app.add_middleware(
-            RateLimitMiddleware, settings=settings, counter=RateCounter(redis_url)
-        )
+        app.add_middleware(RateLimitMiddleware, settings=settings, counter=RateCounter(redis_url))

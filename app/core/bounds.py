@@ -49,8 +49,7 @@ def _bound(value: Any, limit: int) -> Any:
         return cut_text(value, limit)
     if isinstance(value, dict):
         bounded = {
-            key: item if key in _MODEL_INPUT else _bound(item, limit)
-            for key, item in value.items()
+            key: item if key in _MODEL_INPUT else _bound(item, limit) for key, item in value.items()
         }
         changed = any(bounded[key] is not item for key, item in value.items())
         return bounded if changed else value

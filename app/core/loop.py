@@ -49,6 +49,7 @@ from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, slots=True)
 class LoopRequest:
     """What a loop sends upstream each round, and for which response."""

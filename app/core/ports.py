@@ -64,6 +64,15 @@ class UpstreamCircuits(Protocol):
     def circuits(self) -> dict[str, CircuitReport]: ...
 
 
+@runtime_checkable
+class StoreReadiness(Protocol):
+    """A store that can say whether it can serve (``GET /ready``): a cheap round trip, bounded
+    in time; ``None`` when it can, else a short reason an operator may be shown (never a
+    driver's error text)."""
+
+    async def readiness_problem(self) -> str | None: ...
+
+
 class UpstreamEventStream(Protocol):
     """Parsed upstream stream events; ``aclose`` releases the connection (and cancels upstream)."""
 

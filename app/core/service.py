@@ -9,10 +9,9 @@ the caller's ``tenant``; another tenant's response is not found, as an unknown i
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from app.core.accumulator import ResponseAccumulator
 from app.core.checkpoint import Checkpoints
@@ -20,6 +19,7 @@ from app.core.compact import Compactor, UpstreamView, compaction_prelude
 from app.core.compaction import CompactionCodec, has_compaction
 from app.core.context_window import ContextWindow, RoundWindow, fit_history
 from app.core.deadline import timed_out_stream, within
+from app.core.failures import log_stream_failure, stream_failure
 from app.core.history import History, rehydrate
 from app.core.ids import new_id
 from app.core.limits import LoopLimits, check_request_limits
@@ -46,11 +46,9 @@ from app.core.store_errors import ConversationNotFoundError
 from app.core.stream import ResponseLifecycle
 from app.core.tool_choice import check_tool_choice
 from app.core.tools import ToolContext, ToolKit
-from app.errors import GatewayError, NotFoundError
+from app.errors import NotFoundError, ResponseNotStoredError, StorageUnavailableError
 from app.protocol.json_types import JsonObject
 from app.protocol.requests import SIMULATE_FIELD, ParsedRequest
-
-logger = logging.getLogger(__name__)
 
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
@@ -59,6 +57,12 @@ _STATE_FIELDS = ("previous_response_id", "conversation", SIMULATE_FIELD, "backgr
 _STATE_FIELDS_SET = frozenset((SIMULATE_FIELD, "background"))
 # Fields the tool loop answers itself instead of forwarding.
 _LOOP_FIELDS = (*_STATE_FIELDS, "tools", "tool_choice", "max_tool_calls", "input", "stream")
+
+
+class _StreamIds(NamedTuple):
+    response_id: str
+    created_at: int
+    request_id: str | None  # the client's ``x-request-id``, for the log
 
 
 class ResponsesService:
@@ -277,6 +281,7 @@ class ResponsesService:
         """
         response_id = response_id or new_id("resp")
         created_at = int(self._clock()) if created_at is None else created_at
+        ids = _StreamIds(response_id, created_at, headers.get("x-request-id"))
         history, upstream_body, view = await self._prepare(request, headers)
         loop = await self._tool_loop(request, history, view, headers, response_id, stream=True)
         if loop is not None:
@@ -287,13 +292,13 @@ class ResponsesService:
             except BaseException:
                 await loop.aclose()
                 raise
-            return self._stream(request, history, loop, loop, response_id, created_at)
+            return self._stream(request, history, loop, loop, ids)
         deadline = self.limits.deadline(background=request.params.background is True)
         opening = self.inference.stream_response(upstream_body, headers)
         upstream_events = await within(deadline, opening, timed_out_stream)
         prelude = [compaction_prelude(i) for i in view.output]
         single = SingleRound(upstream_events, prelude, deadline)
-        return self._stream(request, history, single, single.accumulator, response_id, created_at)
+        return self._stream(request, history, single, single.accumulator, ids)
 
     async def _stream(
         self,
@@ -301,11 +306,11 @@ class ResponsesService:
         history: History,
         source: SingleRound | ToolLoop,
         state: ResponseAccumulator | ToolLoop,
-        response_id: str,
-        created_at: int,
+        ids: _StreamIds,
     ) -> AsyncIterator[JsonObject]:
         """One client lifecycle around ``source``'s events; ``state`` holds the response's
         output, status and usage as they grow."""
+        response_id, created_at, request_id = ids
         lifecycle = ResponseLifecycle()
         echoed = self._echoed(request.body)
 
@@ -333,7 +338,7 @@ class ResponsesService:
                         "code": "upstream_error",
                         "message": "the upstream reported a failed response",
                     }
-                    _log_stream_failure(response_id, failure)
+                    log_stream_failure(response_id, failure, request_id)
                 else:
                     status = state.status or "completed"
                     final = snapshot(
@@ -343,12 +348,8 @@ class ResponsesService:
                         completed_at=self._completed_at(status),
                     )
                     await self._persist(request, history, final)
-            except GatewayError as exc:
-                failure = {"code": exc.code or exc.type, "message": exc.message}
-                _log_stream_failure(response_id, failure)
-            except Exception as exc:  # a bug must not cut the stream silently
-                logger.exception("stream failed", extra={"response_id": response_id})
-                failure = {"code": "server_error", "message": f"internal error: {exc!r}"}
+            except Exception as exc:  # a bug must not cut the stream silently either
+                failure = stream_failure(exc, response_id, request_id)
             if failure is not None:
                 for closing in source.finish("incomplete"):
                     yield lifecycle.stamp(closing)
@@ -369,13 +370,21 @@ class ResponsesService:
         if request.params.store is False or response["status"] not in _STORED_STATUSES:
             return
         try:
-            await self._save(history, response, request.tenant)
+            try:
+                await self._save(history, response, request.tenant)
+            except StorageUnavailableError:
+                # Once more: a pooled connection the database closed (a restart) fails once,
+                # and the next one is fresh; the generation is worth a second write.
+                await self._save(history, response, request.tenant)
         except ConversationNotFoundError:
             # The conversation was deleted while the response was being generated.
             raise NotFoundError(
                 f"Conversation with id '{history.conversation_id}' not found.",
                 param="conversation",
             ) from None
+        except StorageUnavailableError as exc:
+            # Generated, not stored: a blind retry would pay for another generation.
+            raise ResponseNotStoredError() from exc
 
     async def _save(self, history: History, response: JsonObject, tenant: str) -> None:
         await self.store.save_response(
@@ -430,14 +439,3 @@ class ResponsesService:
 
 def _response_not_found(response_id: str) -> NotFoundError:
     return NotFoundError(f"Response with id '{response_id}' not found.", param="response_id")
-
-
-def _log_stream_failure(response_id: str, failure: JsonObject) -> None:
-    """The one line a stream that fails after its HTTP 200 leaves (its client sees ``error`` and
-    ``response.failed``; a refusal before the stream starts is logged by the front end)."""
-    logger.warning(
-        "response %s failed mid-stream: code=%s: %s",
-        response_id,
-        failure.get("code"),
-        str(failure.get("message"))[:500],
-    )

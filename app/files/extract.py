@@ -49,6 +49,7 @@ __all__ = [
     "file_kind",
 ]
 
+
 def _words(text: str) -> frozenset[str]:
     return frozenset(text.split())
 

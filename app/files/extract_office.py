@@ -140,9 +140,7 @@ def extract_docx(source: Source, limits: ExtractionLimits) -> str:
     check_zip(source, "DOCX", limits)
     blocks: list[str] = []
     try:
-        document = docx.Document(
-            io.BytesIO(source) if isinstance(source, bytes) else str(source)
-        )
+        document = docx.Document(io.BytesIO(source) if isinstance(source, bytes) else str(source))
         chars = 0
         for block in _docx_blocks(document):
             chars += len(block) + 2

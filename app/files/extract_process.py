@@ -133,6 +133,10 @@ class ProcessExtractor:
                 raise UnsupportedFileError(error["message"])
             if code_name == "invalid_file":
                 raise ExtractionError(error["message"])
+            if "detail" in error:
+                logger.warning(
+                    "text extraction of %r failed: %s", filename, str(error["detail"])[:2000]
+                )
             raise ExtractorFailedError(error["message"])
         logger.warning(
             "text extraction process failed",

@@ -98,8 +98,14 @@ def extract_reply(request: dict[str, Any], stdin: BinaryIO) -> dict[str, Any]:
     except RecursionError:
         return _error("invalid_file", "The file nests too deeply to be read.")
     except Exception as exc:  # a bug or an unforeseen parser failure: the file fails, we go on
-        return _error("server_error", f"Text extraction failed: {exc!r}"[:2000])
+        # The exception's text is for the gateway's log (``extract_process``), not the client.
+        failed = _error("server_error", UNEXPECTED_FAILURE)
+        failed["error"]["detail"] = repr(exc)[:2000]
+        return failed
     return {"text": text}
+
+
+UNEXPECTED_FAILURE = "Text extraction failed unexpectedly; the gateway's log has the details."
 
 
 def _error(code: str, message: str) -> dict[str, Any]:

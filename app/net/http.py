@@ -119,5 +119,5 @@ def map_transport_error(exc: BaseException) -> UpstreamError:
         return UpstreamProtocolError(f"the upstream connection broke: {exc}")
     if isinstance(exc, aiohttp.ClientError | OSError):
         return UpstreamUnreachableError(f"upstream request failed: {exc}")
-    logger.exception("unexpected upstream failure")
-    return UpstreamError(f"upstream request failed: {exc!r}")
+    logger.exception("unexpected upstream failure")  # its text is for the log, not the client
+    return UpstreamError("upstream request failed unexpectedly; the gateway's log has the details")

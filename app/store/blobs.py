@@ -6,7 +6,8 @@ reader sees the old bytes or the new ones, never a part, and a crash leaves at m
 ``.tmp-*`` file, never a truncated blob. ``put_stream`` writes an upload that way as it
 arrives, about 1 MiB at a time; when the upload fails or is cancelled halfway, the temporary
 file is removed. File I/O runs in a worker thread (``asyncio.to_thread``), not in the event
-loop.
+loop. A file system that refuses to write or read (full, read-only, I/O error) raises
+``StorageUnavailableError`` (``failures.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,14 @@ import contextlib
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, ParamSpec, TypeVar
+
+from app.store.failures import translated
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 # Ids are the gateway's own (``file-…``); anything that could leave the directory is refused.
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
@@ -44,11 +50,11 @@ class DiskBlobStore:
 
     async def put(self, file_id: str, data: bytes) -> None:
         path = self._path(file_id)
-        await asyncio.to_thread(self._write, path, data)
+        await _io(self._write, path, data)
 
     async def put_stream(self, file_id: str, chunks: AsyncIterable[bytes]) -> int:
         path = self._path(file_id)
-        handle, temp = await asyncio.to_thread(self._open_temp)
+        handle, temp = await _io(self._open_temp)
         size = 0
         pending: list[bytes] = []
         pending_bytes = 0
@@ -57,12 +63,12 @@ class DiskBlobStore:
                 pending.append(chunk)
                 pending_bytes += len(chunk)
                 if pending_bytes >= _WRITE_BYTES:
-                    await asyncio.to_thread(handle.writelines, pending)
+                    await _io(handle.writelines, pending)
                     size += pending_bytes
                     pending, pending_bytes = [], 0
-            await asyncio.to_thread(handle.writelines, pending)
+            await _io(handle.writelines, pending)
             size += pending_bytes
-            await asyncio.to_thread(_commit, handle, temp, path)
+            await _io(_commit, handle, temp, path)
         except BaseException:
             # Synchronous on purpose: this also runs while the task is being cancelled.
             handle.close()
@@ -73,15 +79,15 @@ class DiskBlobStore:
 
     async def get(self, file_id: str) -> bytes | None:
         path = self._path(file_id)
-        return await asyncio.to_thread(_read, path)
+        return await _io(_read, path)
 
     async def local_path(self, file_id: str) -> Path | None:
         path = self._path(file_id)
-        return path if await asyncio.to_thread(path.is_file) else None
+        return path if await _io(path.is_file) else None
 
     async def delete(self, file_id: str) -> None:
         path = self._path(file_id)
-        await asyncio.to_thread(path.unlink, missing_ok=True)
+        await _io(path.unlink, missing_ok=True)
 
     async def aclose(self) -> None:
         """Nothing to release: each call opens and closes its own file."""
@@ -104,6 +110,15 @@ class DiskBlobStore:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
+
+
+async def _io(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``function`` in a worker thread; an ``OSError`` saying the storage is unavailable as
+    ``StorageUnavailableError``."""
+    try:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    except OSError as exc:
+        raise translated(exc) from exc
 
 
 def _commit(handle: BinaryIO, temp: str, path: Path) -> None:

@@ -25,6 +25,8 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
+from app.store.failures import translated
+
 
 def inline_database_path(url: URL) -> str | None:
     """The file an inline reader may open, or None (in-memory or URI databases)."""
@@ -53,7 +55,11 @@ class InlineSqliteReader:
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 return None
-            raise
+            if exc.sqlite_errorcode & 0xFF == sqlite3.SQLITE_READONLY:
+                raise  # a write on this query_only connection: a bug, not the storage
+            raise translated(exc) from exc
+        except sqlite3.DatabaseError as exc:  # corrupt, not a database
+            raise translated(exc) from exc
 
     def close(self) -> None:
         with self._guard:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.store.readiness import readiness_problem
 from app.store.sql_conversations import SqlConversations
 from app.store.sql_database import SqlDatabase
 from app.store.sql_jobs import SqlJobs
@@ -51,6 +52,10 @@ class SqlResponseStore(SqlResponses, SqlConversations, SqlToolSessions, SqlJobs)
         SqlConversations.__init__(self, self.db)
         SqlToolSessions.__init__(self, self.db)
         SqlJobs.__init__(self, self.db)
+
+    async def readiness_problem(self) -> str | None:
+        """``core.ports.StoreReadiness`` (``readiness.py``): None when the store can serve."""
+        return await readiness_problem(self.db)
 
     async def aclose(self) -> None:
         await self.close_saves()

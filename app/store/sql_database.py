@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.protocol.json_types import JsonObject
 from app.store.engine import SQLITE_BEGIN, json_dumps, json_loads
+from app.store.failures import guard_engine, translated
 from app.store.inline import InlineSqliteReader, inline_database_path
 from app.store.queries import (
     DriverStatement,
@@ -53,6 +54,7 @@ class SqlDatabase:
         """``inline_reads``: on a SQLite file, run the small single-statement reads on a
         ``sqlite3`` connection of the calling thread (``inline.py``) instead of aiosqlite's."""
         self.engine = engine
+        guard_engine(engine)  # storage failures raise StorageUnavailableError (failures.py)
         dialect = engine.dialect.name
         if dialect not in ("sqlite", "postgresql"):
             raise ValueError(f"unsupported dialect {dialect!r}")
@@ -116,8 +118,15 @@ class SqlDatabase:
                 if self.is_sqlite:
                     return list(await driver.execute_fetchall(statement.sql, args))
                 return list(await driver.fetch(statement.sql, *args))
+            except Exception as exc:
+                # Not through SQLAlchemy, so it cannot tell a dead connection: drop it, and
+                # when the storage is unavailable (a restart closed them), the idle ones too.
+                await conn.invalidate()
+                failure = translated(exc)
+                if failure is not exc:
+                    await self.engine.dispose()
+                raise failure from exc
             except BaseException:
-                # Not through SQLAlchemy, so it cannot tell a dead connection: drop it.
                 await conn.invalidate()
                 raise
 

@@ -9,6 +9,7 @@ thread (bench/README.md, "Store write").
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy import exc as sa_exc
 
 from app.core.store_errors import ConversationNotFoundError
+from app.store.failures import translated
 
 T = TypeVar("T")
 
@@ -66,22 +68,32 @@ class SqliteWriter:
         connection.execute("BEGIN IMMEDIATE")
         try:
             result = body(connection)
+            connection.execute("COMMIT")
         except BaseException:
-            connection.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk, an I/O error): then there is
+            # nothing to roll back, and the error to report is the first one.
+            if connection.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    connection.execute("ROLLBACK")
             raise
-        connection.execute("COMMIT")
         return result
 
     async def transaction(self, body: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``body`` in one transaction; driver errors surface as SQLAlchemy's, as they do
-        from the rest of the store."""
+        from the rest of the store, and those saying the storage is unavailable (disk full,
+        read-only) as ``StorageUnavailableError`` (``failures.py``)."""
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, self._run, body)
         except sqlite3.IntegrityError as exc:
             raise sa_exc.IntegrityError("sqlite write transaction", None, exc) from exc
-        except sqlite3.OperationalError as exc:
-            raise sa_exc.OperationalError("sqlite write transaction", None, exc) from exc
+        except sqlite3.Error as exc:
+            unavailable = translated(exc)
+            if unavailable is not exc:
+                raise unavailable from exc
+            if isinstance(exc, sqlite3.OperationalError):
+                raise sa_exc.OperationalError("sqlite write transaction", None, exc) from exc
+            raise
 
     async def aclose(self) -> None:
         """Close the connection and stop the thread; calling it again does nothing."""

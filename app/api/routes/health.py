@@ -1,15 +1,18 @@
-"""``GET /health`` (the process is alive) and ``GET /ready`` (the upstreams answer, and none
-has its circuit open: ``app.upstream.breaker``)."""
+"""``GET /health`` (the process is alive: always 200 while it serves) and ``GET /ready`` (the
+upstreams answer, none has its circuit open (``app.upstream.breaker``), and the store can
+serve: 503 in the error envelope naming what is down)."""
 
 from __future__ import annotations
 
+import asyncio
 import math
+from collections.abc import Awaitable
 
 from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.api.state import gateway_state
-from app.core.ports import UpstreamCircuits, UpstreamReadiness
+from app.core.ports import ResponseStore, StoreReadiness, UpstreamCircuits, UpstreamReadiness
 from app.errors import NotReadyError
 
 router = APIRouter()
@@ -32,23 +35,51 @@ async def ready(request: Request) -> JSONResponse:
         if report.state == "open"
     ]
     if tripped:
-        raise NotReadyError(f"upstreams failing fast, their circuit open: {', '.join(tripped)}")
-    if isinstance(upstream, UpstreamReadiness):
-        answers = await upstream.readiness()
+        upstreams: Awaitable[dict[str, bool]] = _none()
+    elif isinstance(upstream, UpstreamReadiness):
+        upstreams = upstream.readiness()
     else:
-        answers = {configs[0].name: await upstream.check_ready()}
+        upstreams = _one(configs[0].name, upstream.check_ready())
+    answers, store_problem = await asyncio.gather(upstreams, _store_problem(state.store))
     urls = {config.name: config.url for config in configs}
     down = [name for name, ok in answers.items() if not ok]
-    if down:
+    problems = [] if store_problem is None else [f"the store is unavailable ({store_problem})"]
+    if tripped:
+        problems.append(f"upstreams failing fast, their circuit open: {', '.join(tripped)}")
+    elif down:
         named = ", ".join(f"{name} ({urls.get(name, '?')})" for name in down)
         if len(configs) == 1:
-            raise NotReadyError(f"the upstream at {configs[0].url} is not answering")
-        raise NotReadyError(f"upstreams not answering: {named}")
+            problems.append(f"the upstream at {configs[0].url} is not answering")
+        else:
+            problems.append(f"upstreams not answering: {named}")
+    if problems:
+        upstream_down = bool(tripped or down)
+        if store_problem is None:
+            raise NotReadyError("; ".join(problems))
+        raise NotReadyError(
+            "; ".join(problems), code="not_ready" if upstream_down else "storage_unavailable"
+        )
     return JSONResponse(
         {
             "status": "ready",
             "upstream": configs[0].url,
             "upstreams": {name: "ready" for name in answers},
             "circuits": {name: report.state for name, report in circuits.items()},
+            "store": "ready",
         }
     )
+
+
+async def _none() -> dict[str, bool]:
+    return {}
+
+
+async def _one(name: str, answer: Awaitable[bool]) -> dict[str, bool]:
+    return {name: await answer}
+
+
+async def _store_problem(store: ResponseStore) -> str | None:
+    """Why the store cannot serve, or None (a store that cannot tell is taken as ready)."""
+    if isinstance(store, StoreReadiness):
+        return await store.readiness_problem()
+    return None

@@ -19,6 +19,7 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.files.ports import StoredVectorStoreFile
+from app.store.failures import guard_engine
 from app.store.files_sql.base import check_dialect, writer_of
 from app.store.files_sql.files import SqlFiles
 from app.store.files_sql.store_files import SqlVectorStoreFiles, unfinished_ingestions
@@ -41,6 +42,7 @@ class SqlFileStores:
 
     def __init__(self, engine: AsyncEngine) -> None:
         check_dialect(engine)
+        guard_engine(engine)  # storage failures raise StorageUnavailableError (failures.py)
         self._engine = engine
         self._writer = writer_of(engine)
 
