@@ -135,6 +135,7 @@ def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = N
         settings.log_level,
         access_log=settings.access_log,
         drain_timeout=settings.drain_timeout_seconds,
+        connections=settings.server,
     )
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
     who = f"respgate {__version__}" if worker is None else f"respgate worker {worker}"
