@@ -159,3 +159,56 @@ def test_sigterm_hands_a_running_background_job_to_another_gateway(
     assert done.status == "completed", done
     assert final.owner != running.owner
     assert upstream.requests == 2  # the stopped run's request, then the takeover's
+
+
+def open_streams(url: str, count: int) -> list[StreamReader]:
+    """``count`` streams, each started (its first event read) and waiting for the upstream."""
+    readers = [StreamReader(url) for _ in range(count)]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + DEADLINE
+    while not all(reader.types for reader in readers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(reader.types for reader in readers)
+    return readers
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_lets_32_open_streams_finish(
+    tmp_path: Path, workers: int, request: pytest.FixtureRequest
+) -> None:
+    """Issue 18's trial: SIGTERM with 32 open streams cut all of them at once. Each finishes."""
+    upstream = HeldUpstream()
+    keys: dict[str, Any] = {"drain_timeout_seconds": DEADLINE}
+    if workers > 1:
+        keys["database_url"] = request.getfixturevalue("postgres_url")
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, **keys)
+        with gateway_process(config, "--workers", str(workers)) as (url, proc):
+            readers = open_streams(url, 32)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert refuses_connections(url)
+            assert proc.poll() is None and all(reader.is_alive() for reader in readers)
+            upstream.release.set()
+            for reader in readers:
+                reader.join(DEADLINE)
+            assert exit_status(proc) == 0
+    assert [reader.error for reader in readers] == [None] * 32
+    assert all(reader.types[-1] == "response.completed" for reader in readers)
+    assert all(r.events[-1].response.output_text == "hello from a slow stream" for r in readers)
+
+
+def test_32_streams_still_open_when_the_drain_lapses_all_end_failed(tmp_path: Path) -> None:
+    upstream = HeldUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, drain_timeout_seconds=1)
+        with gateway_process(config) as (url, proc):
+            readers = open_streams(url, 32)
+            os.kill(proc.pid, signal.SIGTERM)
+            for reader in readers:
+                reader.join(DEADLINE)  # the upstream is never released: the drain timeout cuts
+            assert exit_status(proc) == 0
+        upstream.release.set()
+    assert [reader.error for reader in readers] == [None] * 32
+    assert all(reader.types[-2:] == ["error", "response.failed"] for reader in readers)
+    assert all(reader.events[-2].code == "server_shutting_down" for reader in readers)
