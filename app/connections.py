@@ -61,9 +61,9 @@ _CAP = "connection cap"
 
 _DESCRIBE = {
     _HEAD_TIMEOUT: "closed {count} connection(s) whose request head did not arrive within "
-    "{header} s (server.header_timeout_seconds); last from {client}",
+    "{header:g} s (server.header_timeout_seconds); last from {client}",
     _BODY_TIMEOUT: "closed {count} connection(s) whose request body did not arrive within "
-    "{body} s (server.body_timeout_seconds); last from {client}",
+    "{body:g} s (server.body_timeout_seconds); last from {client}",
     _CAP: "refused {count} new connection(s) with a 503: {cap} were open "
     "(server.max_connections); last from {client}",
 }

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from websockets.sync.client import connect
 
 from tests.helpers import ROOT, free_port, gateway_process, serve_in_thread
 from tests.serving.support import DEADLINE, HeldUpstream, write_config
@@ -145,6 +146,25 @@ def test_slow_and_idle_clients_are_closed_while_others_are_served(tmp_path: Path
     # Every closed connection counted, in fewer lines than connections: at most one a second.
     assert sum(head_counts) == 2 * each and len(head_counts) < 2 * each
     assert sum(body_counts) == each and len(body_counts) < each
+
+
+def test_a_websocket_is_not_held_to_the_request_timeouts(tmp_path: Path) -> None:
+    """A WebSocket (``/v1/responses``) idle for longer than the header, body and keep-alive
+    timeouts still answers its next turn: the timeouts are the HTTP requests'."""
+    upstream = HeldUpstream()
+    upstream.release.set()  # its streams go through at once
+    short = {f"{name}_timeout_seconds": SHORT for name in ("header", "body", "keep_alive")}
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = server_config(tmp_path, upstream_url, **short)
+        with gateway_process(config) as (url, _):
+            ws_url = f"{url.replace('http://', 'ws://')}/v1/responses"
+            with connect(ws_url, open_timeout=DEADLINE) as ws:
+                time.sleep(4 * SHORT)
+                ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+                types: list[str] = []
+                while not types or types[-1] not in ("response.completed", "error"):
+                    types.append(json.loads(ws.recv(timeout=DEADLINE))["type"])
+    assert types[-1] == "response.completed"
 
 
 def refused_connection(port: int, held: list[socket.socket]) -> bytes:
