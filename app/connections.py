@@ -110,7 +110,12 @@ def _answer(status: int, code: str, message: str, state: ServerState, *extra: by
 
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the timeouts and the cap of the module docstring.
-    :func:`guarded_protocol` makes a subclass with ``settings``, ``cap`` and ``notices``."""
+    :func:`guarded_protocol` makes a subclass with ``settings``, ``cap`` and ``notices``.
+
+    One timer per connection, moved only when a deadline comes earlier than it: a request
+    sets the deadline of its phase (head, then body) and clears it when done, the timer checks
+    the deadline when it fires and waits on if it has not passed (no timer work per request on
+    a busy connection)."""
 
     settings: ServerSettings
     cap: int
@@ -121,8 +126,9 @@ class GuardedProtocol(HttpToolsProtocol):
     ) -> None:
         super().__init__(config, server_state, app_state, **more)
         self._timer: asyncio.TimerHandle | None = None
+        self._phase: str | None = None  # "head", "body", or None: nothing is awaited
+        self._due = 0.0  # the head's deadline, or when the body's clock started
         self._head_begun = False
-        self._body_start = 0.0
         self._body_received = 0
         self._ended = False
 
@@ -134,56 +140,86 @@ class GuardedProtocol(HttpToolsProtocol):
             retry = b"retry-after: 1\r\n"
             self._end(_answer(503, "too_many_connections", message, self.server_state, retry))
             return
-        self._arm(self.settings.header_timeout_seconds, self._head_timed_out)
+        self._await("head", self.loop.time() + self.settings.header_timeout_seconds)
 
     def data_received(self, data: bytes) -> None:
         if not self._ended:  # else the connection was answered and is closing: not read
             super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
+        self._stop_timer()
         super().connection_lost(exc)
 
     def handle_websocket_upgrade(self) -> None:
-        self._disarm()
+        self._phase = None
+        self._stop_timer()
         super().handle_websocket_upgrade()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_begun = True
-        if self._timer is None:  # a kept-alive connection: the head's clock starts now
-            self._arm(self.settings.header_timeout_seconds, self._head_timed_out)
+        if self._phase is None:  # a kept-alive connection: the head's clock starts now
+            self._await("head", self.loop.time() + self.settings.header_timeout_seconds)
 
     def on_headers_complete(self) -> None:
-        self._disarm()
+        self._phase = None
         self._head_begun = False
         cycle = self.cycle
         super().on_headers_complete()
         if self.cycle is not cycle:  # a request (not an upgrade): its body's clock starts
-            self._body_start = self.loop.time()
             self._body_received = 0
-            self._arm(self.settings.body_timeout_seconds, self._body_timed_out)
+            now = self.loop.time()
+            self._await("body", now + self.settings.body_timeout_seconds, start=now)
 
     def on_body(self, body: bytes) -> None:
         self._body_received += len(body)
         super().on_body(body)
 
     def on_message_complete(self) -> None:
-        self._disarm()
+        self._phase = None
         super().on_message_complete()
 
-    def _arm(self, delay: float, callback: Any) -> None:
-        self._timer = self.loop.call_later(delay, callback)
+    def _await(self, phase: str, due: float, start: float | None = None) -> None:
+        """Wait for ``phase`` until ``due``; the timer is moved only if it fires later."""
+        self._phase = phase
+        self._due = due if start is None else start
+        timer = self._timer
+        if timer is not None and timer.when() > due:
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._timer = self.loop.call_at(due, self._check)
 
-    def _disarm(self) -> None:
+    def _stop_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _check(self) -> None:
+        """The timer fired: end the connection if the awaited phase is late, else wait on."""
+        self._timer = None
+        if self._phase is None or self._ended or self.transport.is_closing():
+            return
+        now = self.loop.time()
+        if self._phase == "head":
+            due = self._due
+        else:
+            if self.flow.read_paused:  # the gateway holds the body back: the clock restarts
+                self._due, self._body_received = now, 0
+            due = self._due + self.settings.body_timeout_seconds
+            due += self._body_received / BODY_BYTES_PER_SECOND
+        if now < due:
+            self._timer = self.loop.call_at(due, self._check)
+        elif self._phase == "head":
+            self._head_timed_out()
+        else:
+            self._body_timed_out()
 
     def _end(self, answer: bytes | None) -> None:
         """Close the connection; with an ``answer``, once the client read it (it closes its
         end) or :data:`LINGER_SECONDS` later, so that its unread request does not reset the
         connection before the answer arrives."""
+        self._phase = None
         if answer is None:
             self.transport.close()
             return
@@ -191,12 +227,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self.transport.write(answer)
         if self.transport.can_write_eof():
             self.transport.write_eof()
-        self._arm(LINGER_SECONDS, self.transport.close)
+        self._stop_timer()
+        self._timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _head_timed_out(self) -> None:
-        self._timer = None
-        if self.transport.is_closing():
-            return
         self.notices.note(self.loop, _HEAD_TIMEOUT, self.client)
         answer = None
         if self._head_begun and (self.cycle is None or self.cycle.response_complete):
@@ -208,17 +242,6 @@ class GuardedProtocol(HttpToolsProtocol):
         self._end(answer)
 
     def _body_timed_out(self) -> None:
-        self._timer = None
-        if self.transport.is_closing():
-            return
-        now = self.loop.time()
-        if self.flow.read_paused:  # the gateway holds the body back: the clock restarts
-            self._body_start, self._body_received = now, 0
-        due = self._body_start + self.settings.body_timeout_seconds
-        due += self._body_received / BODY_BYTES_PER_SECOND
-        if now < due:
-            self._arm(due - now, self._body_timed_out)
-            return
         self.notices.note(self.loop, _BODY_TIMEOUT, self.client)
         cycle, answer = self.cycle, None
         if cycle is not None and not cycle.response_started:
