@@ -16,12 +16,15 @@ per process (``[server]``, ``app.options.server``):
   gateway itself holds the body back (uvicorn's flow control, a pipelined request). Past it: a
   408 when no answer was started, and the connection is closed (the application sees its
   client gone);
-- a connection cap: a process holds at most ``max_connections`` open; a new connection past
-  it is answered 503 (``retry-after: 1``) at once, without reading it, and closed (once the
-  client closed its end, or :data:`LINGER_SECONDS` later). The
-  connections already open are not affected (a health checker's kept-alive connection still
-  gets its answers). :func:`connection_cap` lowers the cap to what the open-files limit leaves,
-  after raising the soft limit to the hard one.
+- a connection cap: a process holds at most ``max_connections`` open. A new connection past
+  it closes the connection that has waited longest for a request head (idle after a response,
+  or sending a head too slowly: the likeliest slow client, never one with a request under way)
+  and is served; when every open connection has a request under way, it is answered 503
+  (``retry-after: 1``) at once, without reading it, and closed (once the client closed its end,
+  or :data:`LINGER_SECONDS` later). So a flood of slow connections cannot keep new clients
+  (``/health``, the SDK) out, and requests under way (streams) are never cut.
+  :func:`connection_cap` lowers the cap to what the open-files limit leaves, after raising
+  the soft limit to the hard one.
 
 uvicorn's own ``limit_concurrency`` is not used: it answers 503 only once a head arrived
 (so a connection past it is held, and a slow one for the whole header timeout) and refuses the
@@ -55,17 +58,20 @@ LINGER_SECONDS = 1.0
 # files), at most: a quarter of the open-files limit below 2,048.
 _RESERVED_FILES = 512
 
-_HEAD_TIMEOUT = "header timeout"
-_BODY_TIMEOUT = "body timeout"
-_CAP = "connection cap"
+_HEAD_TIMEOUT = "header"
+_BODY_TIMEOUT = "body"
+_CAP = "refused"
+_EVICTED = "evicted"
 
 _DESCRIBE = {
-    _HEAD_TIMEOUT: "closed {count} connection(s) whose request head did not arrive within "
-    "{header:g} s (server.header_timeout_seconds); last from {client}",
-    _BODY_TIMEOUT: "closed {count} connection(s) whose request body did not arrive within "
-    "{body:g} s (server.body_timeout_seconds); last from {client}",
-    _CAP: "refused {count} new connection(s) with a 503: {cap} were open "
-    "(server.max_connections); last from {client}",
+    _HEAD_TIMEOUT: "header timeout: closed {count} connection(s) whose request head did not "
+    "arrive within {header:g} s (server.header_timeout_seconds); last from {client}",
+    _BODY_TIMEOUT: "body timeout: closed {count} connection(s) whose request body did not "
+    "arrive within {body:g} s (server.body_timeout_seconds); last from {client}",
+    _CAP: "connection cap: refused {count} new connection(s) with a 503: {cap} were open, each "
+    "with a request under way (server.max_connections); last from {client}",
+    _EVICTED: "connection cap: closed {count} connection(s) waiting for a request head to make "
+    "room for new ones: {cap} were open (server.max_connections); last from {client}",
 }
 
 
@@ -94,7 +100,7 @@ class Notices:
         counts, self._counts = self._counts, {}
         for kind, count in counts.items():
             text = _DESCRIBE[kind].format(count=count, client=self._clients[kind], **self._values)
-            logger.warning("%s: %s", kind, text)
+            logger.warning("%s", text)
 
 
 def _answer(status: int, code: str, message: str, state: ServerState, *extra: bytes) -> bytes:
@@ -120,6 +126,8 @@ class GuardedProtocol(HttpToolsProtocol):
     settings: ServerSettings
     cap: int
     notices: Notices
+    # The server's connections waiting for a request head, the longest waiting first.
+    waiting: dict[GuardedProtocol, None]
 
     def __init__(
         self, config: Config, server_state: ServerState, app_state: dict[str, Any], **more: Any
@@ -134,23 +142,36 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.cap:
+        if len(self.connections) > self.cap and not self._evict_one():
             self.notices.note(self.loop, _CAP, self.client)
             message = "The server has too many open connections; try again shortly."
             retry = b"retry-after: 1\r\n"
             self._end(_answer(503, "too_many_connections", message, self.server_state, retry))
             return
+        self.waiting[self] = None
         self._await("head", self.loop.time() + self.settings.header_timeout_seconds)
+
+    def _evict_one(self) -> bool:
+        """Close the connection that has waited longest for a request head; whether there was
+        one."""
+        for victim in self.waiting:
+            del self.waiting[victim]
+            self.notices.note(self.loop, _EVICTED, victim.client)
+            victim._end(None)
+            return True
+        return False
 
     def data_received(self, data: bytes) -> None:
         if not self._ended:  # else the connection was answered and is closing: not read
             super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.waiting.pop(self, None)
         self._stop_timer()
         super().connection_lost(exc)
 
     def handle_websocket_upgrade(self) -> None:
+        self.waiting.pop(self, None)
         self._phase = None
         self._stop_timer()
         super().handle_websocket_upgrade()
@@ -162,6 +183,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._await("head", self.loop.time() + self.settings.header_timeout_seconds)
 
     def on_headers_complete(self) -> None:
+        self.waiting.pop(self, None)
         self._phase = None
         self._head_begun = False
         cycle = self.cycle
@@ -178,6 +200,11 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_message_complete(self) -> None:
         self._phase = None
         super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.pipeline and not self.transport.is_closing():  # idle until the next head
+            self.waiting[self] = None
 
     def _await(self, phase: str, due: float, start: float | None = None) -> None:
         """Wait for ``phase`` until ``due``; the timer is moved only if it fires later."""
@@ -258,7 +285,12 @@ class GuardedProtocol(HttpToolsProtocol):
 def guarded_protocol(settings: ServerSettings, cap: int) -> type[GuardedProtocol]:
     """The protocol class for ``uvicorn.Config(http=...)``: :class:`GuardedProtocol` with
     ``settings`` and at most ``cap`` connections (:func:`connection_cap`)."""
-    attributes = {"settings": settings, "cap": cap, "notices": Notices(settings, cap)}
+    attributes = {
+        "settings": settings,
+        "cap": cap,
+        "notices": Notices(settings, cap),
+        "waiting": {},
+    }
     return type("GatewayProtocol", (GuardedProtocol,), attributes)
 
 

@@ -83,8 +83,8 @@ def test_notices_log_one_line_per_kind_and_interval_with_a_count(
     async def flood() -> None:
         loop = asyncio.get_running_loop()
         for port in range(1000):
-            notices.note(loop, "header timeout", ("10.0.0.1", port))
-        notices.note(loop, "connection cap", ("10.0.0.2", 1))
+            notices.note(loop, "header", ("10.0.0.1", port))
+        notices.note(loop, "refused", ("10.0.0.2", 1))
         await asyncio.sleep(0.1)  # the flush is due after 0.01 s
 
     with caplog.at_level(logging.WARNING, "app.connections"):
@@ -93,8 +93,8 @@ def test_notices_log_one_line_per_kind_and_interval_with_a_count(
     assert lines == [
         "header timeout: closed 1000 connection(s) whose request head did not arrive within "
         "3 s (server.header_timeout_seconds); last from 10.0.0.1:999",
-        "connection cap: refused 1 new connection(s) with a 503: 5 were open "
-        "(server.max_connections); last from 10.0.0.2:1",
+        "connection cap: refused 1 new connection(s) with a 503: 5 were open, each with a "
+        "request under way (server.max_connections); last from 10.0.0.2:1",
     ]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,28 +20,15 @@ from app.settings import Settings
 from tests.background.test_background_api import wait_for_status
 from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
 from tests.postgres import run_in_thread
-from tests.serving.support import DEADLINE, HeldUpstream, exit_status, job_row, write_config
-
-
-class StreamReader(threading.Thread):
-    """Reads one streamed create through the openai SDK, keeping the event types."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = url
-        self.types: list[str] = []
-        self.events: list[Any] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="sk-test", max_retries=0)
-        try:
-            with client.responses.create(model="m", input="hi", stream=True) as stream:
-                for event in stream:
-                    self.types.append(event.type)
-                    self.events.append(event)
-        except BaseException as exc:  # the test reports it
-            self.error = exc
+from tests.serving.support import (
+    DEADLINE,
+    HeldUpstream,
+    StreamReader,
+    exit_status,
+    job_row,
+    open_streams,
+    write_config,
+)
 
 
 def refuses_connections(url: str) -> bool:
@@ -159,18 +145,6 @@ def test_sigterm_hands_a_running_background_job_to_another_gateway(
     assert done.status == "completed", done
     assert final.owner != running.owner
     assert upstream.requests == 2  # the stopped run's request, then the takeover's
-
-
-def open_streams(url: str, count: int) -> list[StreamReader]:
-    """``count`` streams, each started (its first event read) and waiting for the upstream."""
-    readers = [StreamReader(url) for _ in range(count)]
-    for reader in readers:
-        reader.start()
-    deadline = time.monotonic() + DEADLINE
-    while not all(reader.types for reader in readers) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert all(reader.types for reader in readers)
-    return readers
 
 
 @pytest.mark.parametrize("workers", [1, 2])

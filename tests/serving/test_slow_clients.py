@@ -25,7 +25,7 @@ import pytest
 from websockets.sync.client import connect
 
 from tests.helpers import ROOT, free_port, gateway_process, serve_in_thread
-from tests.serving.support import DEADLINE, HeldUpstream, write_config
+from tests.serving.support import DEADLINE, HeldUpstream, open_streams, write_config
 
 # Seconds: the header, body and keep-alive timeouts of the gateways under test.
 SHORT = 0.5
@@ -167,54 +167,76 @@ def test_a_websocket_is_not_held_to_the_request_timeouts(tmp_path: Path) -> None
     assert types[-1] == "response.completed"
 
 
-def refused_connection(port: int, held: list[socket.socket]) -> bytes:
-    """Open idle connections (kept in ``held``) until one is answered; the answer."""
-    for _ in range(200):
-        sock = socket.create_connection(("127.0.0.1", port))
-        held.append(sock)
-        sock.settimeout(0.2)
-        with contextlib.suppress(TimeoutError):
-            answer = b""
-            while chunk := sock.recv(65536):
-                answer += chunk
-            return answer
-    raise AssertionError("no connection was refused")
+def is_closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (waiting up to DEADLINE)."""
+    sock.settimeout(DEADLINE)
+    try:
+        return sock.recv(65536) == b""
+    except ConnectionError:
+        return True
 
 
-def test_past_the_connection_cap_new_connections_get_503_and_open_ones_are_served(
+def test_past_the_connection_cap_the_longest_waiting_connection_makes_room(
     tmp_path: Path,
 ) -> None:
+    """With every connection idle (no request under way), a new one closes the one that has
+    waited longest for a request head, and is served."""
     log_file = tmp_path / "gateway.log"
     upstream = HeldUpstream()
-    held: list[socket.socket] = []
     with serve_in_thread(upstream.app()) as upstream_url:
         config = server_config(
-            tmp_path,
-            upstream_url,
-            max_connections=20,
-            header_timeout_seconds=DEADLINE,  # the idle connections stay open
-            keep_alive_timeout_seconds=DEADLINE,
+            tmp_path, upstream_url, max_connections=20, header_timeout_seconds=DEADLINE
         )
-        with gateway_process(config, log_file=log_file) as (url, _), httpx.Client() as kept:
+        with gateway_process(config, log_file=log_file) as (url, _):
             port = int(url.rsplit(":", 1)[1])
-            assert kept.get(f"{url}/health").status_code == 200  # opened before the flood
+            held = [socket.create_connection(("127.0.0.1", port)) for _ in range(20)]
             try:
-                refused = refused_connection(port, held)
-                assert kept.get(f"{url}/health").status_code == 200
-                with pytest.raises(openai.APIStatusError) as raised:
-                    sdk(url).responses.create(model="m", input="hi")
+                answer = sdk(url).responses.create(model="m", input="hi")
+                health = httpx.get(f"{url}/health").status_code
+                oldest_closed = is_closed(held[0])
             finally:
                 for sock in held:
                     sock.close()
-            assert wait_for_counts(log_file, "connection cap", 2)
+            evicted = wait_for_counts(log_file, "connection cap", 1)
+    assert answer.output_text == "done"
+    assert health == 200
+    assert oldest_closed
+    assert evicted and "waiting for a request head" in log_file.read_text()
+
+
+def test_past_the_connection_cap_with_every_connection_busy_new_ones_get_503(
+    tmp_path: Path,
+) -> None:
+    """20 open streams fill the cap: a new connection is answered 503 before it is read, and
+    the streams are not cut; once they finish, new requests are served."""
+    log_file = tmp_path / "gateway.log"
+    upstream = HeldUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = server_config(tmp_path, upstream_url, max_connections=20)
+        with gateway_process(config, log_file=log_file) as (url, _):
+            port = int(url.rsplit(":", 1)[1])
+            readers = open_streams(url, 20)
+            with socket.create_connection(("127.0.0.1", port)) as sock:
+                sock.settimeout(DEADLINE)
+                refused = b""
+                while chunk := sock.recv(65536):
+                    refused += chunk
+            with pytest.raises(openai.APIStatusError) as raised:
+                sdk(url).responses.create(model="m", input="hi")
+            upstream.release.set()
+            for reader in readers:
+                reader.join(DEADLINE)
             answer = served_again(url)
+            refusals = wait_for_counts(log_file, "connection cap", 2)
     head, body = refused.split(b"\r\n\r\n", 1)
     assert head.startswith(b"HTTP/1.1 503 ")
     assert b"retry-after: 1" in head.lower()
     assert json.loads(body)["error"]["code"] == "too_many_connections"
     assert raised.value.status_code == 503
     assert raised.value.code == "too_many_connections"
+    assert [reader.types[-1] for reader in readers] == ["response.completed"] * 20
     assert answer.output_text == "done"
+    assert sum(refusals) >= 2
 
 
 def served_again(url: str) -> Any:
