@@ -20,6 +20,7 @@ class ServerSettings(BaseModel):
     # A connection idle between requests is closed after this many seconds (uvicorn's
     # timeout_keep_alive).
     keep_alive_timeout_seconds: float = Field(default=5.0, gt=0)
-    # Connections one process holds open (SSE streams included); a new connection past it is
-    # answered 503 at once and closed. Lowered at start-up to what the open-files limit allows.
+    # Connections one process holds open (SSE streams included); a new connection past it
+    # closes the one waiting longest for a request head, or is answered 503 when every one has
+    # a request under way. Lowered at start-up to what the open-files limit allows.
     max_connections: int = Field(default=2048, ge=1)

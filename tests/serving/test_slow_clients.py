@@ -1,8 +1,9 @@
 """A real ``respgate serve`` holds slow and idle clients to the ``[server]`` timeouts and caps its
 connections (``app.connections``): connections that send nothing, or a head or a body one byte
 at a time, are closed (408 when part of a request came), while the openai SDK and ``/health``
-are served; past ``max_connections`` a new connection is answered 503 while the open ones are
-still served; each time, a log line (one per second at most, with a count)."""
+are served; past ``max_connections`` a new connection closes the one waiting longest for a
+request head, or is answered 503 when every connection has a request under way; each time, a
+log line (one per second at most, with a count)."""
 
 from __future__ import annotations
 
