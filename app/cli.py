@@ -135,6 +135,7 @@ def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = N
         access_log=settings.access_log,
         drain_timeout=settings.drain_timeout_seconds,
         **uvicorn_log_config(settings.log_format),
+        connections=settings.server,
     )
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
     who = f"respgate {__version__}" if worker is None else f"respgate worker {worker}"

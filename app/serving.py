@@ -4,7 +4,8 @@
 together; either way SIGINT and SIGTERM stop every server gracefully and the process exits:
 no new connection is accepted, open requests and streams finish within the drain timeout
 (then open SSE streams are cut, ``app.api.drain``; a second signal cuts them at once), and the
-application shuts down.
+application shuts down. Every server holds slow and idle clients to the ``[server]`` timeouts
+and caps its connections (``app.connections``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import uvicorn
 from sse_starlette.sse import AppStatus
 
 from app.api.drain import cut_open_streams
+from app.connections import connection_cap, guarded_protocol
+from app.options.server import ServerSettings
 
 
 class CallerSignalsServer(uvicorn.Server):
@@ -46,15 +49,20 @@ def make_server(
     *,
     access_log: bool = False,
     drain_timeout: float = DEFAULT_DRAIN_SECONDS,
+    connections: ServerSettings | None = None,
     **options: Any,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app``. On a stop it closes its listening socket at once, lets open
     requests and streams finish for ``drain_timeout`` seconds, cuts what is left, then runs the
-    application's shutdown (which hands background jobs back)."""
+    application's shutdown (which hands background jobs back). ``connections``: its timeouts
+    and connection cap (default: ``[server]``'s defaults)."""
+    limits = connections or ServerSettings()
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
         access_log=access_log,
+        http=guarded_protocol(limits, connection_cap(limits.max_connections)),
+        timeout_keep_alive=limits.keep_alive_timeout_seconds,  # type: ignore[arg-type]
         # uvicorn cancels what still runs then: a little after the streams were cut.
         timeout_graceful_shutdown=math.ceil(drain_timeout + CUT_GRACE_SECONDS),
         **options,

@@ -25,6 +25,7 @@ from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
 from app.options.retention import RetentionSettings
 from app.options.secrets import SecretFilesEnvSource
+from app.options.server import ServerSettings
 from app.options.tracing import TracingSettings
 from app.options.upstreams import UpstreamConfig as UpstreamConfig
 from app.options.upstreams import UpstreamKind as UpstreamKind
@@ -85,6 +86,8 @@ class Settings(BaseSettings):
     # On SIGTERM/SIGINT: how long open requests and streams may run on before they are cut
     # (no new connection is accepted meanwhile; background jobs are handed back at once).
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
+    # [server]: header, body and keep-alive timeouts, the connection cap (app/options/server.py).
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
     # The server-side tool loop.
     # Clamped to [1, 32] (core.limits.clamp_rounds).

@@ -155,14 +155,16 @@ def without_parsed(value: Any) -> Any:
 
 
 @contextlib.contextmanager
-def gateway_process(config: Path, *options: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+def gateway_process(
+    config: Path, *options: str, log_file: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """``respgate serve --config config [options]`` as a real process on a free port, once it
     answers ``/health``; yields its base URL and the process (killed afterwards if still
-    running)."""
+    running). Its output goes to ``log_file`` when given."""
     port = free_port()
     argv = [sys.executable, "-m", "app.cli", "serve", "--config", str(config), "--port", str(port)]
     argv += options
-    with tempfile.TemporaryFile() as log:
+    with log_file.open("w+b") if log_file is not None else tempfile.TemporaryFile() as log:
         proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         try:
             url = f"http://127.0.0.1:{port}"

@@ -7,10 +7,12 @@ import asyncio
 import json
 import subprocess
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import openai
 import orjson
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -89,3 +91,36 @@ async def job_row(database_url: str, response_id: str) -> Any:
             return result.one()
     finally:
         await engine.dispose()
+
+
+class StreamReader(threading.Thread):
+    """Reads one streamed create through the openai SDK, keeping the event types."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(daemon=True)
+        self.url = url
+        self.types: list[str] = []
+        self.events: list[Any] = []
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="sk-test", max_retries=0)
+        try:
+            with client.responses.create(model="m", input="hi", stream=True) as stream:
+                for event in stream:
+                    self.types.append(event.type)
+                    self.events.append(event)
+        except BaseException as exc:  # the test reports it
+            self.error = exc
+
+
+def open_streams(url: str, count: int) -> list[StreamReader]:
+    """``count`` streams, each started (its first event read) and waiting for the upstream."""
+    readers = [StreamReader(url) for _ in range(count)]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + DEADLINE
+    while not all(reader.types for reader in readers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(reader.types for reader in readers)
+    return readers

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,28 +20,15 @@ from app.settings import Settings
 from tests.background.test_background_api import wait_for_status
 from tests.helpers import gateway_process, in_process, openai_client, serve_in_thread
 from tests.postgres import run_in_thread
-from tests.serving.support import DEADLINE, HeldUpstream, exit_status, job_row, write_config
-
-
-class StreamReader(threading.Thread):
-    """Reads one streamed create through the openai SDK, keeping the event types."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(daemon=True)
-        self.url = url
-        self.types: list[str] = []
-        self.events: list[Any] = []
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        client = openai.OpenAI(base_url=f"{self.url}/v1", api_key="sk-test", max_retries=0)
-        try:
-            with client.responses.create(model="m", input="hi", stream=True) as stream:
-                for event in stream:
-                    self.types.append(event.type)
-                    self.events.append(event)
-        except BaseException as exc:  # the test reports it
-            self.error = exc
+from tests.serving.support import (
+    DEADLINE,
+    HeldUpstream,
+    StreamReader,
+    exit_status,
+    job_row,
+    open_streams,
+    write_config,
+)
 
 
 def refuses_connections(url: str) -> bool:
@@ -159,3 +145,44 @@ def test_sigterm_hands_a_running_background_job_to_another_gateway(
     assert done.status == "completed", done
     assert final.owner != running.owner
     assert upstream.requests == 2  # the stopped run's request, then the takeover's
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_lets_32_open_streams_finish(
+    tmp_path: Path, workers: int, request: pytest.FixtureRequest
+) -> None:
+    """Issue 18's trial: SIGTERM with 32 open streams cut all of them at once. Each finishes."""
+    upstream = HeldUpstream()
+    keys: dict[str, Any] = {"drain_timeout_seconds": DEADLINE}
+    if workers > 1:
+        keys["database_url"] = request.getfixturevalue("postgres_url")
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, **keys)
+        with gateway_process(config, "--workers", str(workers)) as (url, proc):
+            readers = open_streams(url, 32)
+            os.kill(proc.pid, signal.SIGTERM)
+            assert refuses_connections(url)
+            assert proc.poll() is None and all(reader.is_alive() for reader in readers)
+            upstream.release.set()
+            for reader in readers:
+                reader.join(DEADLINE)
+            assert exit_status(proc) == 0
+    assert [reader.error for reader in readers] == [None] * 32
+    assert all(reader.types[-1] == "response.completed" for reader in readers)
+    assert all(r.events[-1].response.output_text == "hello from a slow stream" for r in readers)
+
+
+def test_32_streams_still_open_when_the_drain_lapses_all_end_failed(tmp_path: Path) -> None:
+    upstream = HeldUpstream()
+    with serve_in_thread(upstream.app()) as upstream_url:
+        config = write_config(tmp_path, upstream_url, drain_timeout_seconds=1)
+        with gateway_process(config) as (url, proc):
+            readers = open_streams(url, 32)
+            os.kill(proc.pid, signal.SIGTERM)
+            for reader in readers:
+                reader.join(DEADLINE)  # the upstream is never released: the drain timeout cuts
+            assert exit_status(proc) == 0
+        upstream.release.set()
+    assert [reader.error for reader in readers] == [None] * 32
+    assert all(reader.types[-2:] == ["error", "response.failed"] for reader in readers)
+    assert all(reader.events[-2].code == "server_shutting_down" for reader in readers)
