@@ -83,6 +83,8 @@ class Settings(BaseSettings):
     # On SIGTERM/SIGINT: how long open requests and streams may run on before they are cut
     # (no new connection is accepted meanwhile; background jobs are handed back at once).
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
+    # A stream whose client reads nothing for this long is ended, its upstream dropped (0: never).
+    stream_send_timeout_seconds: float = Field(default=30.0, ge=0)
 
     # The server-side tool loop.
     # Clamped to [1, 32] (core.limits.clamp_rounds).
