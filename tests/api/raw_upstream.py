@@ -32,6 +32,7 @@ from tests.api.upstreams import (
 from tests.helpers import free_port
 
 FLOOD_DELTA = "x" * 16384
+FLOOD_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
 
 
 class RawUpstream:
