@@ -112,9 +112,8 @@ async def main(requests: int, warmup: int) -> None:
         responses.unless_gone = WATCHED
         bare, watched = await micro()
         results["helper"] = {"bare_us": bare, "unless_gone_us": watched}
-        print(
-            f"helper  bare await {bare:6.2f}  unless_gone {watched:6.2f}  added {watched - bare:+6.2f}"
-        )
+        added = watched - bare
+        print(f"helper  bare await {bare:6.2f}  unless_gone {watched:6.2f}  added {added:+6.2f}")
         print(json.dumps(results))
 
 
