@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 import openai
 import orjson
 import pytest
+from websockets.sync.client import connect
 
 from app.api.disconnect import OPENING_STREAM, WAITING_FOR_ANSWER
 from tests.api.raw_upstream import RawUpstream, raw_upstream
@@ -129,3 +130,17 @@ def test_clients_gone_free_the_upstream_pool(
         assert stored_responses(_isolated_data_dir) == 2
     stages = sorted(line.split(" while ")[1].split(";")[0] for line in gone_lines(caplog))
     assert stages == sorted([WAITING_FOR_ANSWER, OPENING_STREAM] * 2)
+
+
+def test_a_websocket_client_gone_while_its_stream_opens_cancels_the_upstream_request(
+    upstream: RawUpstream, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="app.api.routes.responses_ws")
+    with serve_gateway(upstream.url) as gateway:
+        ws = connect(f"ws{gateway.removeprefix('http')}/v1/responses")
+        ws.send(orjson.dumps({"type": "response.create", "model": "hung", "input": "hi"}).decode())
+        assert upstream.wait_for(lambda: upstream.held == 1), "the request never reached upstream"
+        ws.close()
+        assert upstream.wait_for(lambda: upstream.released == 1), "the upstream request was kept"
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.api.routes.responses_ws"]
+    assert any(f"{GONE} while {OPENING_STREAM}" in line for line in lines)
