@@ -58,6 +58,10 @@ def stalled_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     [
         ("/v1/responses", {"model": "flood", "input": "hi", "stream": True}),
         (
+            "/v1/chat/completions",
+            {"model": "flood", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+        ),
+        (
             "/v1/messages",
             {
                 "model": "flood",

@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.body import max_json_depth, parse_json_object, read_body
 from app.api.disconnect import WAITING_FOR_ANSWER, unless_gone
 from app.api.rate_limit import meter_of
 from app.api.routes.responses import client_headers
+from app.api.sse import PassthroughStream
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
 from app.errors import NotFoundError, UpstreamEventTooLargeError
@@ -68,11 +69,12 @@ async def _answer(
         return Response(content, status_code=reply.status_code, headers=headers)
     headers["cache-control"] = "no-cache"
     headers["x-accel-buffering"] = "no"
-    return StreamingResponse(
+    return PassthroughStream(
         reply.chunks,
         status_code=reply.status_code,
         headers=headers,
         background=BackgroundTask(reply.close),
+        send_timeout=gateway_state(request).settings.stream_send_timeout_seconds,
     )
 
 
