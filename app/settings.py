@@ -88,6 +88,8 @@ class Settings(BaseSettings):
     drain_timeout_seconds: float = Field(default=30.0, ge=0)
     # [server]: header, body and keep-alive timeouts, the connection cap (app/options/server.py).
     server: ServerSettings = Field(default_factory=ServerSettings)
+    # A stream whose client reads nothing for this long is ended, its upstream dropped (0: never).
+    stream_send_timeout_seconds: float = Field(default=30.0, ge=0)
 
     # The server-side tool loop.
     # Clamped to [1, 32] (core.limits.clamp_rounds).

@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from app.api.body import format_loc
+from app.api.disconnect import ClientGoneError
 from app.core.failures import SERVER_ERROR_MESSAGE
 from app.errors import (
     GatewayError,
@@ -117,7 +118,13 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
     return _reply(request, error)
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # Nobody reads it (``app.api.disconnect`` logged the line); 499 as nginx counts it.
+    return Response(status_code=499)
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ClientGoneError, _client_gone)
     app.add_exception_handler(GatewayError, _gateway_error)
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -3,20 +3,29 @@
 Frames are encoded here (``event: <type>\\ndata: <json>\\n\\n``) as bytes, which sse-starlette
 writes unchanged; the stream ends with ``data: [DONE]``. The events come from
 ``ResponsesService.open_stream``, which already turns any failure after the start into an
-``error`` event and ``response.failed``; this layer adds framing, and the closing events of a
-stream cut when the process's drain lapses (``app.api.drain``).
+``error`` event and ``response.failed``; this layer adds framing, the closing events of a
+stream cut when the process's drain lapses (``app.api.drain``), and the end of a stream whose
+client stopped reading (``stream_send_timeout_seconds``: :class:`GatewayEventSource`, and
+:class:`PassthroughStream` for the chat-completions passthrough).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from sse_starlette import EventSourceResponse
+from sse_starlette.sse import SendTimeoutError
+from starlette.datastructures import Headers
+from starlette.responses import StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from app.api.drain import OPEN_STREAMS, closing_events
+
+logger = logging.getLogger(__name__)
 
 DONE_FRAME = b"data: [DONE]\n\n"
 
@@ -66,7 +75,72 @@ async def _frames(
             await aclose()
 
 
+class GatewayEventSource(EventSourceResponse):
+    """sse-starlette's response, ended when one send waits on the client longer than
+    ``send_timeout`` (``stream_send_timeout_seconds``: a client connected but no longer reading):
+    the body iterator is closed (so the upstream request is dropped), one line is logged, and the
+    connection is closed (uvicorn closes a response left incomplete, and logs an error line
+    saying so: ASGI has no way to abort a response)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            log_stalled(scope, self.send_timeout)
+
+
+class PassthroughStream(StreamingResponse):
+    """Starlette's streaming response (the chat-completions passthrough) with the same send
+    timeout: the stream ends, its ``background`` (closing the upstream answer) runs."""
+
+    def __init__(self, *args: Any, send_timeout: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.send_timeout = send_timeout or None
+
+    async def stream_response(self, send: Send) -> None:
+        if self.send_timeout is None:
+            return await super().stream_response(send)
+        timeout = self.send_timeout
+
+        async def timed_send(message: Message) -> None:
+            try:
+                async with asyncio.timeout(timeout):
+                    await send(message)
+            except TimeoutError:
+                raise SendTimeoutError from None  # not an upstream's timeout
+
+        await super().stream_response(timed_send)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except SendTimeoutError:
+            log_stalled(scope, self.send_timeout)
+            if self.background is not None:
+                await self.background()
+
+
+def log_stalled(scope: Scope, send_timeout: float | None) -> None:
+    request_id = Headers(scope=scope).get("x-request-id")
+    logger.warning(
+        "%s %s: the client read nothing of its stream for %s s; the stream was ended%s",
+        scope.get("method"),
+        scope.get("path"),
+        send_timeout,
+        f" (request id {request_id})" if request_id else "",
+    )
+
+
+def event_stream(
+    frames: AsyncIterator[bytes], send_timeout: float | None = None
+) -> GatewayEventSource:
+    """An SSE response of encoded ``frames``; ``send_timeout``: None (or 0) waits forever."""
+    return GatewayEventSource(frames, ping=15, sep="\n", send_timeout=send_timeout or None)
+
+
 def event_stream_response(
-    events: AsyncIterator[dict[str, Any]], on_final: OnFinal | None = None
-) -> EventSourceResponse:
-    return EventSourceResponse(_frames(events, on_final), ping=15, sep="\n")
+    events: AsyncIterator[dict[str, Any]],
+    on_final: OnFinal | None = None,
+    send_timeout: float | None = None,
+) -> GatewayEventSource:
+    return event_stream(_frames(events, on_final), send_timeout)

@@ -10,16 +10,19 @@ from collections.abc import AsyncIterator
 import orjson
 from starlette.background import BackgroundTask
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.body import max_json_depth, parse_json_object, read_body
+from app.api.disconnect import WAITING_FOR_ANSWER, unless_gone
 from app.api.rate_limit import meter_of
 from app.api.routes.responses import client_headers
+from app.api.sse import PassthroughStream
 from app.api.state import gateway_state
 from app.core.ports import ChatCompletionsForwarder
 from app.errors import NotFoundError, UpstreamEventTooLargeError
 from app.options.limits import LimitsSettings
+from app.protocol.json_types import JsonObject
 
 logger = logging.getLogger(__name__)
 
@@ -33,12 +36,21 @@ async def chat_completions(request: Request) -> Response:
             "This gateway's upstream does not take chat completions.", code="unsupported_endpoint"
         )
     parsed = parse_json_object(body, max_json_depth(request))
+    # A client gone cancels the upstream request (app.api.disconnect), until the answer (JSON)
+    # or its stream's headers came; a stream then stops as its client goes (StreamingResponse).
+    answer = _answer(request, upstream, body, parsed)
+    return await unless_gone(request, answer, WAITING_FOR_ANSWER)
+
+
+async def _answer(
+    request: Request, upstream: ChatCompletionsForwarder, body: bytes, parsed: JsonObject
+) -> Response:
     reply = await upstream.forward_chat_completions(body, parsed, client_headers(request))
     headers = {"content-type": reply.content_type}
     if not reply.content_type.startswith("text/event-stream"):
         # A JSON answer (or error) is small: read whole, it is cheaper than streaming it.
         try:
-            content = await _read_at_most(reply.chunks, state.settings.limits)
+            content = await _read_at_most(reply.chunks, gateway_state(request).settings.limits)
         finally:
             await reply.close()
         if reply.status_code >= 400:
@@ -57,11 +69,12 @@ async def chat_completions(request: Request) -> Response:
         return Response(content, status_code=reply.status_code, headers=headers)
     headers["cache-control"] = "no-cache"
     headers["x-accel-buffering"] = "no"
-    return StreamingResponse(
+    return PassthroughStream(
         reply.chunks,
         status_code=reply.status_code,
         headers=headers,
         background=BackgroundTask(reply.close),
+        send_timeout=gateway_state(request).settings.stream_send_timeout_seconds,
     )
 
 

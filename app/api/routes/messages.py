@@ -14,14 +14,15 @@ import logging
 from collections.abc import AsyncIterator
 
 import orjson
-from sse_starlette import EventSourceResponse
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
+from app.api.disconnect import OPENING_STREAM, WAITING_FOR_ANSWER, unless_gone
 from app.api.rate_limit import Meter, charge_usage, meter_of
 from app.api.routes.responses import client_headers
+from app.api.sse import event_stream
 from app.api.state import gateway_state
 from app.api.tenancy import principal_of
 from app.frontends.anthropic.errors import error_body
@@ -61,14 +62,17 @@ async def create_message(request: Request) -> Response:
     # Nothing is stored (``store`` is false); the tenant is whose tools run (tool engine sessions).
     parsed = ParsedRequest(params, translated.body, principal_of(request).tenant)
     headers = client_headers(request)
+    # A client gone cancels its work (app.api.disconnect).
     if translated.stream:
-        events = await state.service.open_stream(parsed, headers)
+        opening = state.service.open_stream(parsed, headers)
+        events = await unless_gone(request, opening, OPENING_STREAM)
         translator = MessageStream(
             translated.model, translated.stop_sequences, translated.omit_thinking
         )
         frames = _frames(events, translator, meter_of(request))
-        return EventSourceResponse(frames, ping=15, sep="\n")
-    response = await state.service.create(parsed, headers)
+        return event_stream(frames, state.settings.stream_send_timeout_seconds)
+    answer = state.service.create(parsed, headers)
+    response = await unless_gone(request, answer, WAITING_FOR_ANSWER)
     await charge_usage(request, response)
     if response.get("status") == "failed":
         error = response.get("error") or {}

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
+from app.api.disconnect import OPENING_STREAM, WAITING_FOR_ANSWER, unless_gone
 from app.api.pagination import page_params
 from app.api.rate_limit import meter_of
 from app.api.replies import json_reply, list_reply
@@ -58,15 +59,20 @@ async def create_response(request: Request) -> Response:
     create = ParsedRequest(parsed, body, principal_of(request).tenant)
     background = state.background
     meter = meter_of(request)  # None unless the caller has a rate limit
+    on_final = meter.charge if meter else None
+    send_timeout = state.settings.stream_send_timeout_seconds
     if parsed.background and background is not None:
         if parsed.stream:
             events = await background.open_stream(create, headers)
-            return event_stream_response(events, meter.charge if meter else None)
+            return event_stream_response(events, on_final, send_timeout)
         return json_reply(await background.create(create, headers))
+    # A client gone cancels its work (app.api.disconnect); a background response's goes on.
     if parsed.stream:
-        events = await state.service.open_stream(create, headers)
-        return event_stream_response(events, meter.charge if meter else None)
-    response = await state.service.create(create, headers)
+        opening = state.service.open_stream(create, headers)
+        events = await unless_gone(request, opening, OPENING_STREAM)
+        return event_stream_response(events, on_final, send_timeout)
+    answer = state.service.create(create, headers)
+    response = await unless_gone(request, answer, WAITING_FOR_ANSWER)
     if meter is not None:
         await meter.charge(response)
     return Response(orjson.dumps(response), media_type="application/json")
@@ -79,9 +85,10 @@ async def compact_response(request: Request) -> Response:
     body = await read_json_object(request, state.settings.max_body_bytes)
     parsed = validate(CompactRequest, body)
     tenant = principal_of(request).tenant
-    return json_reply(
-        await state.service.compactor.compact(parsed, body, client_headers(request), tenant=tenant)
+    compacting = state.service.compactor.compact(
+        parsed, body, client_headers(request), tenant=tenant
     )
+    return json_reply(await unless_gone(request, compacting, WAITING_FOR_ANSWER))
 
 
 @router.post("/v1/responses/input_tokens")
@@ -119,7 +126,8 @@ async def get_response(request: Request, response_id: str) -> Response:
         if background is None:
             await state.service.get(response_id, tenant=tenant)
             raise InvalidRequestError(NOT_BACKGROUND_STREAM, param="stream")
-        return event_stream_response(await background.stream(response_id, after, tenant=tenant))
+        events = await background.stream(response_id, after, tenant=tenant)
+        return event_stream_response(events, None, state.settings.stream_send_timeout_seconds)
     if background is not None:
         return json_reply(await background.get(response_id, tenant=tenant))
     return json_reply(await state.service.get(response_id, tenant=tenant))

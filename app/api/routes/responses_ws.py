@@ -13,7 +13,8 @@ param, code}}``, and the socket stays open for the next request.
 The connection keeps its most recent response in memory (``app.api.ws_connection``): a
 ``previous_response_id`` naming it continues without the store, even with ``store: false``; a
 failed or refused turn forgets it; another connection sees only what was stored. A client that
-disconnects mid-response closes the response's event stream, which cancels the upstream request.
+disconnects mid-response closes the response's event stream, which cancels the upstream request;
+one that disconnects while its stream opens cancels the opening.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from starlette.routing import WebSocketRoute
 from starlette.websockets import WebSocket
 
 from app.api.body import DEFAULT_MAX_JSON_DEPTH, parse_json_object, validate
+from app.api.disconnect import OPENING_STREAM
 from app.api.rate_limit import admit_turn, charge_usage
 from app.api.routes.responses import client_headers
 from app.api.state import GatewayState, gateway_state
@@ -149,7 +151,9 @@ class ResponsesSocket:
             await admit_turn(self._websocket)  # the caller's rate limits (app.api.rate_limit)
             request, generate = parse_frame(frame, self._limit, self._tenant, self._depth)
             self._upstream.warmup = not generate
-            events = await self._service.open_stream(request, self._headers)
+            events = await self._open(request)
+        except _Disconnected:
+            raise
         except GatewayError as exc:
             await self._refuse(exc)
             return
@@ -171,6 +175,28 @@ class ResponsesSocket:
                 store.evict()
                 return
             store.remember(history, final)
+
+    async def _open(self, request: ParsedRequest) -> AsyncIterator[JsonObject]:
+        """The turn's stream; a client that goes while it opens (before the upstream's first
+        bytes) cancels it, as on the HTTP route (``app.api.disconnect``)."""
+        opening = asyncio.ensure_future(self._service.open_stream(request, self._headers))
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({opening, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not opening.done():
+                opening.cancel()
+                with contextlib.suppress(BaseException):
+                    await opening
+        if opening.cancelled():
+            logger.info(
+                "websocket %s: the client closed the connection while %s; its work was cancelled",
+                self._websocket.url.path,
+                OPENING_STREAM,
+            )
+            raise _Disconnected
+        return opening.result()
 
     async def _refuse(self, error: GatewayError) -> None:
         self.store.evict()
