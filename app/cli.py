@@ -105,9 +105,10 @@ def _serve(args: argparse.Namespace) -> int:
     ready = settings.model_copy(update={"wait_for_upstream": 0.0})
     if settings.workers == 1:
         return _run_gateway(ready, sock)
-    from app.workers import run_workers
+    from app.workers import metrics_directory, run_workers
 
-    return run_workers(settings.workers, sock, lambda index: _run_gateway(ready, sock, index))
+    with metrics_directory():  # GET /metrics sums every worker's values
+        return run_workers(settings.workers, sock, lambda index: _run_gateway(ready, sock, index))
 
 
 def _prepare_to_serve(settings: Settings) -> None:
@@ -259,9 +260,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "the --config file.",
     )
     serve.add_argument("--config", type=Path, help="TOML configuration file")
-    serve.add_argument(
-        "--host", help="bind address (default 127.0.0.1; any other turns [auth] on)"
-    )
+    serve.add_argument("--host", help="bind address (default 127.0.0.1; any other turns [auth] on)")
     serve.add_argument("--port", type=int, help="port (default 9000)")
     serve.add_argument(
         "--upstream-url", help="base URL of the inference server (default http://127.0.0.1:8000)"

@@ -46,6 +46,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndexes
 from app.files.vector_stores import VectorStoresService
+from app.monitoring import install_metrics
 from app.options.secrets import secret_environ
 from app.plugins import load_hooks
 from app.protocol.items import register_item_kinds
@@ -441,4 +442,6 @@ def create_app(
     install_openapi(app)
     # Last, so outermost: every other middleware (rate limits) runs inside authentication.
     install_auth(app, settings)
+    # Outside authentication: /metrics has its own access rule, and refusals are counted too.
+    install_metrics(app, settings)
     return app

@@ -21,6 +21,10 @@ from app.api.body import format_loc
 from app.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
 from app.frontends.anthropic.errors import error_envelope
 
+# The error a request was answered with, kept in its scope for the metrics
+# (``app.api.metrics_middleware`` counts upstream failures by it).
+ERROR_SCOPE_KEY = "respgate.error"
+
 # Anthropic's Messages API: errors on its paths are in Anthropic's envelope.
 _ANTHROPIC_PREFIX = "/v1/messages"
 
@@ -59,6 +63,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, GatewayError)
     # ``log_each`` False: the adapter logged the details once; each request still leaves a line.
     log_refusal(request, exc.status_code, exc, loud=exc.log_each)
+    request.scope[ERROR_SCOPE_KEY] = exc
     return _reply(request, exc)
 
 

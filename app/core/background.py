@@ -148,6 +148,11 @@ class BackgroundResponses:
     def owner(self) -> str:
         return self._context.owner
 
+    @property
+    def running(self) -> int:
+        """How many background responses this process runs now (queued or in progress)."""
+        return len(self._runs)
+
     # ------------------------------------------------------------------ lifetime
 
     async def start(self) -> None:

@@ -11,6 +11,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
+from app.api.metrics import exchange_of, finishing
 from app.api.pagination import page_params
 from app.api.rate_limit import meter_of
 from app.api.replies import json_reply, list_reply
@@ -52,17 +53,23 @@ async def create_response(request: Request) -> Response:
     create = ParsedRequest(parsed, body, principal_of(request).tenant)
     background = state.background
     meter = meter_of(request)  # None unless the caller has a rate limit
+    exchange = exchange_of(request)  # None unless metrics are on
+    if exchange is not None:
+        exchange.model = parsed.model
+    charge = meter.charge if meter else None
     if parsed.background and background is not None:
         if parsed.stream:
             events = await background.open_stream(create, headers)
-            return event_stream_response(events, meter.charge if meter else None)
+            return event_stream_response(events, *finishing(exchange, charge))
         return json_reply(await background.create(create, headers))
     if parsed.stream:
         events = await state.service.open_stream(create, headers)
-        return event_stream_response(events, meter.charge if meter else None)
+        return event_stream_response(events, *finishing(exchange, charge))
     response = await state.service.create(create, headers)
-    if meter is not None:
-        await meter.charge(response)
+    if exchange is not None:
+        exchange.finished(response, stream=False)
+    if charge is not None:
+        await charge(response)
     return Response(orjson.dumps(response), media_type="application/json")
 
 

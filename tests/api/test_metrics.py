@@ -1,0 +1,212 @@
+"""``GET /metrics``: what the gateway counts after real traffic through the ``openai`` SDK (JSON,
+stream, an MCP tool call against the real counter server, upstream failures before and during
+a stream), with bounded labels (route templates, known models else ``other``); who may read it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+
+import openai
+import pytest
+
+from app.errors import UpstreamTimeoutError
+from app.main import create_app
+from app.options.auth import ApiKeyConfig, AuthSettings
+from app.options.metrics import MetricsSettings
+from app.protocol.json_types import JsonObject
+from app.settings import Settings
+from tests.api.metrics_support import label_values, parse_samples, scrape_until, total, value
+from tests.fakes import ListEventStream, ScriptedUpstream, function_call, message, round_events
+from tests.helpers import in_process, local_egress, openai_client
+
+TOKEN = "metrics-token-0123456789"
+GATEWAY_KEY = "sk-gateway-key-0123456789"
+
+
+class FailingUpstream(ScriptedUpstream):
+    """The script, except for model ``broken`` (a timeout before anything) and ``cut`` (a
+    stream that times out after its first delta)."""
+
+    async def create_response(self, body: JsonObject, headers: Mapping[str, str]) -> JsonObject:
+        if body.get("model") == "broken":
+            raise UpstreamTimeoutError("the upstream did not answer in time")
+        return await super().create_response(body, headers)
+
+    async def stream_response(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> ListEventStream:
+        if body.get("model") == "broken":
+            raise UpstreamTimeoutError("the upstream did not answer in time")
+        if body.get("model") == "cut":
+            events = round_events([message("never finished")])[:4]  # up to the first delta
+            return ListEventStream(copy.deepcopy(events), UpstreamTimeoutError("read timed out"))
+        return await super().stream_response(body, headers)
+
+
+def metered_app(upstream: ScriptedUpstream, **metrics: object) -> object:
+    settings = Settings(egress=local_egress(), metrics=MetricsSettings(**metrics))  # type: ignore[arg-type]
+    return create_app(settings, upstream=upstream)
+
+
+def test_traffic_through_the_sdk_is_counted_with_bounded_labels(
+    counter_url: str, _isolated_data_dir: Path
+) -> None:
+    upstream = FailingUpstream(
+        [
+            [message("json answer")],
+            [message("streamed answer")],
+            [function_call("mcp__counter__sum", '{"a": 1, "b": 2}')],
+            [message("3")],
+            [message("from a model nobody configured")],
+        ]
+    )
+    app = metered_app(upstream, models=["m"], max_learned_models=0)
+    with in_process(app) as http:
+        client = openai_client(http)
+        created = client.responses.create(model="m", input="hi")
+        with client.responses.stream(model="m", input="hi") as stream:
+            streamed = stream.get_final_response()
+        tool = {
+            "type": "mcp",
+            "server_label": "counter",
+            "server_url": counter_url,
+            "require_approval": "never",
+        }
+        looped = client.responses.create(model="m", input="1+2?", tools=[tool])  # type: ignore[list-item]
+        client.responses.create(model="zz-unknown", input="hi")
+        with pytest.raises(openai.APIStatusError) as refused:
+            client.responses.create(model="broken", input="hi")
+        assert refused.value.status_code == 504
+        with client.responses.stream(model="cut", input="hi") as stream:
+            failed = [event for event in stream if event.type == "response.failed"]
+        assert len(failed) == 1
+        client.responses.retrieve(created.id)
+        client.responses.retrieve(streamed.id)
+
+        samples = scrape_until(
+            lambda: http.get("/metrics"),
+            lambda s: total(s, "respgate_tool_calls_total") >= 1,
+        )
+
+    requests = "respgate_http_requests_total"
+    post = {"route": "/v1/responses", "method": "POST"}
+    assert value(samples, requests, **post, status="200", model="m") == 3
+    assert value(samples, requests, **post, status="200", model="other") == 2  # zz-unknown, cut
+    assert value(samples, requests, **post, status="504", model="other") == 1
+    retrieve = {"route": "/v1/responses/{response_id}", "method": "GET", "status": "200"}
+    assert value(samples, requests, **retrieve, model="") == 2
+    routes = label_values(samples, requests, "route")
+    assert not [route for route in routes if "resp_" in route], routes  # templates, never ids
+    assert label_values(samples, requests, "model") <= {"m", "other", ""}
+
+    durations = "respgate_http_request_duration_seconds_count"
+    assert value(samples, durations, route="/v1/responses", method="POST", model="m") == 3
+
+    responses = "respgate_responses_total"
+    assert value(samples, responses, model="m", status="completed", stream="false") == 2
+    assert value(samples, responses, model="m", status="completed", stream="true") == 1
+    assert value(samples, responses, model="other", status="failed", stream="true") == 1
+
+    usage = created.usage, streamed.usage, looped.usage
+    assert all(u is not None for u in usage)
+    tokens_in = sum(u.input_tokens for u in usage if u is not None)
+    tokens_out = sum(u.output_tokens for u in usage if u is not None)
+    assert value(samples, "respgate_tokens_total", model="m", direction="input") == tokens_in
+    assert value(samples, "respgate_tokens_total", model="m", direction="output") == tokens_out
+
+    ttft = "respgate_time_to_first_token_seconds_count"
+    assert value(samples, ttft, model="m") == 1  # the one stream of model m
+    assert value(samples, ttft, model="other") == 1  # the cut stream had its first delta
+
+    assert value(samples, "respgate_tool_calls_total", kind="mcp", outcome="ok") == 1
+    tool_count = "respgate_tool_call_duration_seconds_count"
+    assert value(samples, tool_count, kind="mcp", outcome="ok") == 1
+
+    errors = "respgate_upstream_errors_total"
+    assert value(samples, errors, code="upstream_timeout") == 2  # before, and during a stream
+    assert value(samples, "respgate_open_streams") == 0
+    assert value(samples, "respgate_background_responses") == 0
+
+
+def test_a_failed_tool_call_is_counted_by_why(counter_url: str, _isolated_data_dir: Path) -> None:
+    upstream = ScriptedUpstream(
+        [[function_call("mcp__counter__fail", '{"message": "no such customer"}')], [message("x")]]
+    )
+    tool = {"type": "mcp", "server_label": "counter", "server_url": counter_url}
+    with in_process(metered_app(upstream)) as http:
+        reply = http.post(
+            "/v1/responses",
+            json={"model": "m", "input": "go", "tools": [{**tool, "require_approval": "never"}]},
+        )
+        assert reply.status_code == 200, reply.text
+        samples = scrape_until(
+            lambda: http.get("/metrics"), lambda s: total(s, "respgate_tool_calls_total") >= 1
+        )
+    assert value(samples, "respgate_tool_calls_total", kind="mcp", outcome="tool_error") == 1
+
+
+def test_models_are_learned_from_completed_responses_up_to_the_limit(
+    _isolated_data_dir: Path,
+) -> None:
+    upstream = ScriptedUpstream([[message("a")], [message("b")], [message("c")]])
+    with in_process(metered_app(upstream, max_learned_models=1)) as http:
+        for model in ("first", "first", "second"):
+            assert (
+                http.post("/v1/responses", json={"model": model, "input": "x"}).status_code == 200
+            )
+        samples = parse_samples(http.get("/metrics").text)
+    responses = "respgate_responses_total"
+    assert value(samples, responses, model="first", status="completed", stream="false") == 2
+    assert value(samples, responses, model="other", status="completed", stream="false") == 1
+
+
+def auth_settings(**metrics: object) -> Settings:
+    auth = AuthSettings(mode="on", keys=[ApiKeyConfig(tenant="t", key=GATEWAY_KEY)])  # type: ignore[arg-type]
+    return Settings(auth=auth, metrics=MetricsSettings(**metrics))  # type: ignore[arg-type]
+
+
+def test_with_authentication_on_and_no_token_nobody_reads_metrics(
+    _isolated_data_dir: Path,
+) -> None:
+    with in_process(create_app(auth_settings(), upstream=ScriptedUpstream([]))) as http:
+        for headers in ({}, {"authorization": f"Bearer {GATEWAY_KEY}"}):
+            reply = http.get("/metrics", headers=headers)
+            assert reply.status_code == 403
+            assert reply.json()["error"]["code"] == "metrics_not_served"
+        # Refusals of the API are still counted (the metrics run outside authentication).
+        assert http.get("/v1/models").status_code == 401
+
+
+def test_the_metrics_token_opens_metrics_and_nothing_else(_isolated_data_dir: Path) -> None:
+    app = create_app(auth_settings(token=TOKEN), upstream=ScriptedUpstream([]))
+    with in_process(app) as http:
+        assert http.get("/v1/models").status_code == 401
+        for headers in ({}, {"authorization": f"Bearer {GATEWAY_KEY}"}, {"x-api-key": "nope"}):
+            reply = http.get("/metrics", headers=headers)
+            assert reply.status_code == 401
+            assert reply.headers["www-authenticate"].startswith("Bearer")
+            assert reply.json()["error"]["code"] == "invalid_api_key"
+        assert (
+            http.get("/v1/models", headers={"authorization": f"Bearer {TOKEN}"}).status_code == 401
+        )
+        reply = http.get("/metrics", headers={"authorization": f"Bearer {TOKEN}"})
+        assert reply.status_code == 200
+        assert reply.headers["content-type"].startswith("text/plain")
+        samples = parse_samples(reply.text)
+    # The two refusals of /v1/models (before routing: no route ran); /metrics is not counted.
+    unauthorized = {"route": "unmatched", "method": "GET", "status": "401", "model": ""}
+    assert value(samples, "respgate_http_requests_total", **unauthorized) == 2
+
+
+def test_metrics_can_be_turned_off(_isolated_data_dir: Path) -> None:
+    with in_process(metered_app(ScriptedUpstream([]), enabled=False)) as http:
+        assert http.get("/metrics").status_code == 404
+
+
+def test_only_get_reads_metrics(_isolated_data_dir: Path) -> None:
+    with in_process(metered_app(ScriptedUpstream([]))) as http:
+        assert http.post("/metrics").status_code == 405
+        assert http.head("/metrics").status_code == 200
