@@ -6,7 +6,10 @@ a stream), with bounded labels (route templates, known models else ``other``); w
 from __future__ import annotations
 
 import copy
+import json
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import openai
@@ -18,9 +21,16 @@ from app.options.auth import ApiKeyConfig, AuthSettings
 from app.options.metrics import MetricsSettings
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
-from tests.api.metrics_support import label_values, parse_samples, scrape_until, total, value
+from tests.api.metrics_support import (
+    Samples,
+    label_values,
+    parse_samples,
+    scrape_until,
+    total,
+    value,
+)
 from tests.fakes import ListEventStream, ScriptedUpstream, function_call, message, round_events
-from tests.helpers import in_process, local_egress, openai_client
+from tests.helpers import ROOT, in_process, local_egress, openai_client
 
 TOKEN = "metrics-token-0123456789"
 GATEWAY_KEY = "sk-gateway-key-0123456789"
@@ -51,9 +61,19 @@ def metered_app(upstream: ScriptedUpstream, **metrics: object) -> object:
     return create_app(settings, upstream=upstream)
 
 
-def test_traffic_through_the_sdk_is_counted_with_bounded_labels(
-    counter_url: str, _isolated_data_dir: Path
-) -> None:
+@dataclass(frozen=True)
+class Traffic:
+    """What one gateway counted after the traffic of ``traffic``, and the usage it answered."""
+
+    samples: Samples
+    tokens_in: int
+    tokens_out: int
+
+
+@pytest.fixture(scope="module")
+def traffic(counter_url: str, tmp_path_factory: pytest.TempPathFactory) -> Traffic:
+    """JSON, stream, an MCP tool call, an unknown model, an upstream timeout before and
+    during a stream and two retrievals, through the ``openai`` SDK; then one scrape."""
     upstream = FailingUpstream(
         [
             [message("json answer")],
@@ -63,8 +83,10 @@ def test_traffic_through_the_sdk_is_counted_with_bounded_labels(
             [message("from a model nobody configured")],
         ]
     )
-    app = metered_app(upstream, models=["m"], max_learned_models=0)
-    with in_process(app) as http:
+    data_dir = tmp_path_factory.mktemp("metrics-data")
+    metrics = MetricsSettings(models=["m"], max_learned_models=0)
+    settings = Settings(egress=local_egress(), metrics=metrics, data_dir=data_dir)
+    with in_process(create_app(settings, upstream=upstream)) as http:
         client = openai_client(http)
         created = client.responses.create(model="m", input="hi")
         with client.responses.stream(model="m", input="hi") as stream:
@@ -90,7 +112,17 @@ def test_traffic_through_the_sdk_is_counted_with_bounded_labels(
             lambda: http.get("/metrics"),
             lambda s: total(s, "respgate_tool_calls_total") >= 1,
         )
+    usage = [u for u in (created.usage, streamed.usage, looped.usage) if u is not None]
+    assert len(usage) == 3
+    return Traffic(
+        samples,
+        tokens_in=sum(u.input_tokens for u in usage),
+        tokens_out=sum(u.output_tokens for u in usage),
+    )
 
+
+def test_traffic_through_the_sdk_is_counted_with_bounded_labels(traffic: Traffic) -> None:
+    samples = traffic.samples
     requests = "respgate_http_requests_total"
     post = {"route": "/v1/responses", "method": "POST"}
     assert value(samples, requests, **post, status="200", model="m") == 3
@@ -110,12 +142,9 @@ def test_traffic_through_the_sdk_is_counted_with_bounded_labels(
     assert value(samples, responses, model="m", status="completed", stream="true") == 1
     assert value(samples, responses, model="other", status="failed", stream="true") == 1
 
-    usage = created.usage, streamed.usage, looped.usage
-    assert all(u is not None for u in usage)
-    tokens_in = sum(u.input_tokens for u in usage if u is not None)
-    tokens_out = sum(u.output_tokens for u in usage if u is not None)
-    assert value(samples, "respgate_tokens_total", model="m", direction="input") == tokens_in
-    assert value(samples, "respgate_tokens_total", model="m", direction="output") == tokens_out
+    tokens = "respgate_tokens_total"
+    assert value(samples, tokens, model="m", direction="input") == traffic.tokens_in
+    assert value(samples, tokens, model="m", direction="output") == traffic.tokens_out
 
     ttft = "respgate_time_to_first_token_seconds_count"
     assert value(samples, ttft, model="m") == 1  # the one stream of model m
@@ -129,6 +158,48 @@ def test_traffic_through_the_sdk_is_counted_with_bounded_labels(
     assert value(samples, errors, code="upstream_timeout") == 2  # before, and during a stream
     assert value(samples, "respgate_open_streams") == 0
     assert value(samples, "respgate_background_responses") == 0
+
+
+DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "respgate.json"
+
+
+def dashboard_metric_names() -> dict[str, set[str]]:
+    """Each metric name the dashboard's panels query, with the panels that do."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    used: dict[str, set[str]] = {}
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            for name in re.findall(r"\b(respgate_[a-z_]+)\b", target["expr"]):
+                used.setdefault(name, set()).add(panel["title"])
+    return used
+
+
+def test_every_metric_the_dashboard_queries_is_exported(traffic: Traffic) -> None:
+    used = dashboard_metric_names()
+    assert len(used) >= 8, used
+    exported = {name for name, _ in traffic.samples}
+    missing = {name: panels for name, panels in used.items() if name not in exported}
+    assert not missing, f"the dashboard queries metrics the gateway does not export: {missing}"
+    # And the dashboard shows every family the gateway exports (a _bucket, _count or _total of it).
+    families = {re.sub(r"_(bucket|count|sum|created|total)$", "", n) for n in exported}
+    shown = {re.sub(r"_(bucket|count|sum|created|total)$", "", n) for n in used}
+    assert families - shown == set(), families - shown
+
+
+def test_the_dashboard_is_grafana_json_on_a_prometheus_data_source() -> None:
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] == "respgate" and dashboard["panels"]
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["query"] == "prometheus"
+    ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            expr = target["expr"]
+            assert expr.count("(") == expr.count(")"), expr
+            assert 'job=~"$job"' in expr, expr  # every query follows the job variable
 
 
 def test_a_failed_tool_call_is_counted_by_why(counter_url: str, _isolated_data_dir: Path) -> None:
