@@ -6,8 +6,9 @@ Under ``respgate serve --workers N`` the workers share one metrics directory
 it; the metrics themselves are ``app.api.metrics``, measured by
 ``app.api.metrics_middleware`` (outermost: it counts the requests authentication refuses
 too). While the app runs (its lifespan) the metrics hear the tool-call event bus
-(``ToolEvents.subscribe``) and sample how many background responses run; with several workers
-each samples every ``SAMPLE_SECONDS``, so a scrape answered by one worker sees the others'.
+(``ToolEvents.subscribe``), and every ``FLUSH_SECONDS`` move what the requests reported into
+the metrics and sample the gauges (with several workers: what a scrape answered by one worker
+sees of the others).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from app.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-SAMPLE_SECONDS = 5.0
+FLUSH_SECONDS = 1.0
 
 
 def known_models(settings: Settings) -> set[str]:
@@ -66,23 +67,25 @@ def install_metrics(app: FastAPI, settings: Settings) -> GatewayMetrics | None:
                 logger.info(
                     "metrics: /metrics answers 403 (authentication is on, no [metrics] token)"
                 )
-            sampler = asyncio.create_task(_sample(metrics), name="metrics sampler")
+            flusher = asyncio.create_task(_flush_often(metrics), name="metrics flush")
             try:
                 yield state
             finally:
-                sampler.cancel()
+                flusher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await sampler
+                    await flusher
                 unsubscribe()
 
     app.router.lifespan_context = lifespan
     return metrics
 
 
-async def _sample(metrics: GatewayMetrics) -> None:
-    """Several workers: each writes its sampled gauges every ``SAMPLE_SECONDS``."""
-    if not metrics.multiprocess:
-        return
+async def _flush_often(metrics: GatewayMetrics) -> None:
+    """Move what the requests reported into the metrics every ``FLUSH_SECONDS`` (a scrape
+    flushes too; with several workers, the others' values are at most this old)."""
     while True:
-        metrics.sample()
-        await asyncio.sleep(SAMPLE_SECONDS)
+        await asyncio.sleep(FLUSH_SECONDS)
+        try:
+            metrics.flush()
+        except Exception:  # a broken flush must not stop the next ones
+            logger.exception("metrics: flush failed")

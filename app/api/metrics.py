@@ -15,7 +15,10 @@ in one process never collide) and what records them:
   started (the error handler notes it, ``app.api.errors.ERROR_SCOPE_KEY``) or a stream's
   ``error`` event with an upstream code;
 - ``respgate_open_streams`` (SSE responses being sent) and ``respgate_background_responses``
-  (background responses this process runs, sampled).
+  (background responses this process runs), sampled.
+
+What a request reports is appended to a list and moved into the metrics in batches
+(``GatewayMetrics.flush``): the hot path takes no lock and looks up no label set.
 
 Labels are bounded: the route is the matched template (``unmatched`` otherwise), the model one
 of ``ModelLabels`` (else ``other``), an outcome or code one of a fixed set.
@@ -27,6 +30,7 @@ Several processes (``respgate serve --workers N``): with ``PROMETHEUS_MULTIPROC_
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -49,6 +53,8 @@ from app.core.observe import COMPLETED, FAILED, ToolCallEvent
 from app.protocol.json_types import JsonObject
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+MAX_PENDING = 1024
+"""Requests reported but not yet flushed into the metrics: the next one flushes."""
 OTHER = "other"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
@@ -113,6 +119,10 @@ def tool_kind(name: str) -> str:
     if "file_search" in name:
         return "file_search"
     return OTHER
+
+
+def _count(tokens: object) -> int:
+    return tokens if isinstance(tokens, int) and tokens > 0 else 0
 
 
 def upstream_code(code: object) -> str | None:
@@ -199,24 +209,26 @@ class GatewayMetrics:
         )
         # How many background responses this process runs (``app.monitoring`` sets it).
         self.background_count: Callable[[], int] | None = None
-        self._request_children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+        self.streams = 0  # SSE responses being sent (the middleware counts; flush sets the gauge)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        # What the requests reported since the last flush (see ``flush``).
+        self._requests: list[tuple[str, str, int, str, float]] = []
+        self._responses: list[tuple[str, str, str, int, int]] = []
+        self._first_tokens: list[tuple[str, float]] = []
 
     # ------------------------------------------------------------------ recording
+    # A request only appends a tuple to a list (no lock, no label lookup); ``flush`` moves the
+    # lists into the metrics (counters summed per label set), before every scrape, every
+    # ``FLUSH_SECONDS`` (``app.monitoring``) and when ``MAX_PENDING`` requests wait.
 
     def record_request(
         self, route: str, method: str, status: int, model: str, seconds: float
     ) -> None:
-        """One answered HTTP request (its children cached: one dict lookup after the first)."""
-        key = (route, method, str(status), model)
-        children = self._request_children.get(key)
-        if children is None:
-            children = (
-                self.requests.labels(*key),
-                self.duration.labels(route, method, model),
-            )
-            self._request_children[key] = children
-        children[0].inc()
-        children[1].observe(seconds)
+        """One answered HTTP request."""
+        pending = self._requests
+        pending.append((route, method, status, model, seconds))
+        if len(pending) >= MAX_PENDING:
+            self.flush()
 
     def record_response(self, model: str, response: JsonObject | None, stream: bool) -> None:
         """A finished response: its status and its usage."""
@@ -227,22 +239,60 @@ class GatewayMetrics:
             return
         if status == "completed":
             self.models.learn(model)
-        label = self.models.label(model)
-        self.responses.labels(
-            label, status if status in _STATUSES else OTHER, "true" if stream else "false"
-        ).inc()
         usage = response.get("usage")
-        if isinstance(usage, dict):
-            for direction, key in (("input", "input_tokens"), ("output", "output_tokens")):
-                count = usage.get(key)
-                if isinstance(count, int) and count > 0:
-                    self.tokens.labels(label, direction).inc(count)
+        if not isinstance(usage, dict):
+            usage = {}
+        self._responses.append(
+            (
+                self.models.label(model),
+                status if status in _STATUSES else OTHER,
+                "true" if stream else "false",
+                _count(usage.get("input_tokens")),
+                _count(usage.get("output_tokens")),
+            )
+        )
 
     def record_first_token(self, model: str, seconds: float) -> None:
-        self.ttft.labels(self.models.label(model)).observe(seconds)
+        self._first_tokens.append((self.models.label(model), seconds))
+
+    def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
+    def flush(self) -> None:
+        """Move what the requests reported into the metrics, and set the gauges."""
+        requests, self._requests = self._requests, []
+        responses, self._responses = self._responses, []
+        first_tokens, self._first_tokens = self._first_tokens, []
+        counts: collections.Counter[tuple[str, ...]] = collections.Counter()
+        for route, method, code, model, seconds in requests:
+            counts[(route, method, str(code), model)] += 1
+            self._child(self.duration, (route, method, model)).observe(seconds)
+        for labels, count in counts.items():
+            self._child(self.requests, labels).inc(count)
+        finished: collections.Counter[tuple[str, ...]] = collections.Counter()
+        tokens: collections.Counter[tuple[str, ...]] = collections.Counter()
+        for label, status, stream, tokens_in, tokens_out in responses:
+            finished[(label, status, stream)] += 1
+            tokens[(label, "input")] += tokens_in
+            tokens[(label, "output")] += tokens_out
+        for labels, count in finished.items():
+            self._child(self.responses, labels).inc(count)
+        for labels, count in tokens.items():
+            if count:
+                self._child(self.tokens, labels).inc(count)
+        for label, seconds in first_tokens:
+            self._child(self.ttft, (label,)).observe(seconds)
+        self.open_streams.set(self.streams)
+        running = self.background_count
+        if running is not None:
+            self.background.set(running())
 
     def record_upstream_error(self, code: str) -> None:
-        self.upstream_errors.labels(code).inc()
+        self._child(self.upstream_errors, (code,)).inc()
 
     async def on_tool_event(self, event: ToolCallEvent) -> None:
         """The tool-call bus hook: a finished call's kind, outcome and duration."""
@@ -254,20 +304,15 @@ class GatewayMetrics:
         else:
             return
         labels = (tool_kind(event.tool), outcome)
-        self.tool_calls.labels(*labels).inc()
+        self._child(self.tool_calls, labels).inc()
         if event.duration_ms is not None:
-            self.tool_duration.labels(*labels).observe(event.duration_ms / 1000)
+            self._child(self.tool_duration, labels).observe(event.duration_ms / 1000)
 
     # ------------------------------------------------------------------ exposition
 
-    def sample(self) -> None:
-        """Set the sampled gauges (before a scrape; every few seconds with several workers)."""
-        count = self.background_count
-        if count is not None:
-            self.background.set(count())
-
     def exposition(self) -> tuple[bytes, str]:
         """The text format of every value: this process's, or every worker's."""
+        self.flush()
         directory = multiprocess_dir() if self.multiprocess else None
         if directory is None:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -99,7 +99,7 @@ class MetricsMiddleware:
                     if name == b"content-type":
                         if value.startswith(b"text/event-stream"):
                             stream = True
-                            metrics.open_streams.inc()
+                            metrics.streams += 1
                         break
             await send(message)
 
@@ -113,7 +113,7 @@ class MetricsMiddleware:
             raise
         finally:
             if stream:
-                metrics.open_streams.dec()
+                metrics.streams -= 1
             self._record(scope, exchange, status or 500)
 
     def _record(self, scope: Scope, exchange: Exchange, status: int) -> None:
@@ -164,7 +164,6 @@ class MetricsMiddleware:
                 headers.append((b"www-authenticate", b'Bearer realm="respgate-metrics"'))
             await _answer(send, status, headers, body)
             return
-        self.metrics.sample()
         body, content_type = self.metrics.exposition()
         headers = [(b"content-type", content_type.encode())]
         await _answer(send, 200, headers, b"" if scope["method"] == "HEAD" else body)

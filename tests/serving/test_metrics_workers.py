@@ -8,6 +8,7 @@ import functools
 import os
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 import httpx
@@ -22,6 +23,13 @@ from tests.serving.test_workers import owner_pid
 def metrics_dirs() -> set[Path]:
     """The supervisors' metrics directories (``app.workers.metrics_directory``)."""
     return set(Path(tempfile.gettempdir()).glob("respgate-metrics-*"))
+
+
+def scraped_posts(url: str, labels: dict[str, str]) -> float:
+    with httpx.Client(timeout=DEADLINE) as http:
+        reply = http.get(f"{url}/metrics")
+    assert reply.status_code == 200, reply.text
+    return total(parse_samples(reply.text), "respgate_http_requests_total", **labels)
 
 
 def test_metrics_sum_every_worker(postgres_url: str, tmp_path: Path) -> None:
@@ -44,13 +52,18 @@ def test_metrics_sum_every_worker(postgres_url: str, tmp_path: Path) -> None:
                 row = run_in_thread(functools.partial(job_row, postgres_url, created.json()["id"]))
                 pids.add(owner_pid(row.owner))
             assert len(pids) == 2, pids  # both workers answered some of the requests
-            for _ in range(6):  # several scrapes, new connections: both workers answer some
-                with httpx.Client(timeout=DEADLINE) as http:
-                    reply = http.get(f"{url}/metrics")
-                assert reply.status_code == 200, reply.text
-                samples = parse_samples(reply.text)
-                post = {"route": "/v1/responses", "method": "POST", "status": "200"}
-                assert total(samples, "respgate_http_requests_total", **post) == posted
+            # Whichever worker answers a scrape sums both (the other's values are flushed to
+            # the shared directory every second): scrape until the count is whole, then again
+            # on new connections, which both workers answer.
+            post = {"route": "/v1/responses", "method": "POST", "status": "200"}
+            counted = [scraped_posts(url, post) for _ in range(3)]
+            for _ in range(200):
+                if counted[-1] == posted:
+                    break
+                time.sleep(0.05)
+                counted.append(scraped_posts(url, post))
+            assert counted[-1] == posted, counted
+            assert [scraped_posts(url, post) for _ in range(6)] == [posted] * 6
             made = metrics_dirs() - before
             assert made, "the supervisor made a metrics directory"
             os.kill(proc.pid, signal.SIGTERM)
