@@ -24,6 +24,7 @@ from fastapi import FastAPI
 from app.api.metrics import GatewayMetrics, ModelLabels
 from app.api.metrics_middleware import MetricsAccess, MetricsMiddleware
 from app.api.state import GatewayState
+from app.core.background import running_count
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def install_metrics(app: FastAPI, settings: Settings) -> GatewayMetrics | None:
             unsubscribe = gateway.service.tool_events.subscribe(metrics.on_tool_event)
             background = gateway.background
             if background is not None:
-                metrics.background_count = lambda: background.running
+                metrics.background_count = lambda: running_count(background)
             if token is None and auth_on:
                 logger.info(
                     "metrics: /metrics answers 403 (authentication is on, no [metrics] token)"

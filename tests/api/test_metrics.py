@@ -5,12 +5,16 @@ a stream), with bounded labels (route templates, known models else ``other``); w
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import copy
 import json
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -281,3 +285,61 @@ def test_only_get_reads_metrics(_isolated_data_dir: Path) -> None:
     with in_process(metered_app(ScriptedUpstream([]))) as http:
         assert http.post("/metrics").status_code == 405
         assert http.head("/metrics").status_code == 200
+
+
+class HeldEvents(ListEventStream):
+    """A stream held after its first event until ``release`` is set."""
+
+    def __init__(self, events: list[JsonObject], held: threading.Event, release: threading.Event):
+        super().__init__(events)
+        self.held, self.release = held, release
+
+    async def _iter(self) -> AsyncIterator[JsonObject]:
+        first = True
+        async for event in super()._iter():
+            yield event
+            if first:
+                first = False
+                self.held.set()
+                await asyncio.to_thread(self.release.wait, 60)
+
+
+class HeldUpstream(ScriptedUpstream):
+    """The script, each stream held after its first event until ``release`` is set."""
+
+    def __init__(self, rounds: list[list[JsonObject]]) -> None:
+        super().__init__(rounds)
+        self.release = threading.Event()
+        self.held = threading.Event()
+
+    async def stream_response(
+        self, body: JsonObject, headers: Mapping[str, str]
+    ) -> ListEventStream:
+        stream = await super().stream_response(body, headers)
+        return HeldEvents(stream._events, self.held, self.release)
+
+
+def gauge_until(http: Any, name: str, wanted: float) -> float:
+    samples = scrape_until(lambda: http.get("/metrics"), lambda s: value(s, name) == wanted)
+    return value(samples, name)
+
+
+def test_open_streams_and_background_responses_are_gauged() -> None:
+    upstream = HeldUpstream([[message("background")], [message("streamed")]])
+    with in_process(metered_app(upstream)) as http:
+        queued = http.post("/v1/responses", json={"model": "m", "input": "x", "background": True})
+        assert queued.status_code == 200, queued.text
+        assert gauge_until(http, "respgate_background_responses", 1) == 1
+        upstream.release.set()
+        assert gauge_until(http, "respgate_background_responses", 0) == 0
+
+        upstream.release.clear()
+        upstream.held.clear()
+        body = {"model": "m", "input": "x", "stream": True}
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            streaming = pool.submit(lambda: http.post("/v1/responses", json=body))
+            assert upstream.held.wait(30)
+            assert gauge_until(http, "respgate_open_streams", 1) == 1
+            upstream.release.set()
+            assert streaming.result(timeout=60).status_code == 200
+        assert gauge_until(http, "respgate_open_streams", 0) == 0
