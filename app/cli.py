@@ -104,9 +104,10 @@ def _serve(args: argparse.Namespace) -> int:
     ready = settings.model_copy(update={"wait_for_upstream": 0.0})
     if settings.workers == 1:
         return _run_gateway(ready, sock)
-    from app.workers import run_workers
+    from app.workers import metrics_directory, run_workers
 
-    return run_workers(settings.workers, sock, lambda index: _run_gateway(ready, sock, index))
+    with metrics_directory():  # GET /metrics sums every worker's values
+        return run_workers(settings.workers, sock, lambda index: _run_gateway(ready, sock, index))
 
 
 def _prepare_to_serve(settings: Settings) -> None:

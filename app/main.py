@@ -42,6 +42,7 @@ from app.files.files import FilesService
 from app.files.ingest import IngestOptions
 from app.files.ports import Embedder, VectorIndexes
 from app.files.vector_stores import VectorStoresService
+from app.monitoring import install_metrics
 from app.observability import Observability
 from app.options.secrets import secret_environ
 from app.plugins import load_hooks
@@ -414,5 +415,7 @@ def create_app(
     install_openapi(app)
     # Last, so outermost: every other middleware (rate limits) runs inside authentication.
     install_auth(app, settings)
+    # Outside authentication: /metrics has its own access rule, and refusals are counted too.
+    install_metrics(app, settings)
     observability.install(app)  # request ids, around everything
     return app

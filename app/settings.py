@@ -23,6 +23,7 @@ from app.options.auth import AuthSettings
 from app.options.egress import EgressSettings
 from app.options.extraction import ExtractionSettings
 from app.options.limits import LimitsSettings
+from app.options.metrics import MetricsSettings
 from app.options.retention import RetentionSettings
 from app.options.secrets import SecretFilesEnvSource
 from app.options.server import ServerSettings
@@ -132,6 +133,8 @@ class Settings(BaseSettings):
     # [retention]: responses and conversations expire (app/options/retention.py); off by default.
     retention: RetentionSettings = Field(default_factory=RetentionSettings)
     tracing: TracingSettings = Field(default_factory=TracingSettings)  # app/options/tracing.py
+    # [metrics]: GET /metrics for Prometheus, and who may read it (app/options/metrics.py).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
     # Tool engines and the tool sets they run (see ToolEngineConfig and ToolSetConfig); every
     # [mcp] server is also a tool set of its own label, run by the built-in engine "mcp".

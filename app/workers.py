@@ -12,6 +12,9 @@ socket and forwards SIGTERM to every worker, which drains (``drain_timeout_secon
 exits; the supervisor waits for all of them and exits 0 when they all did. A worker that exits
 on its own (a failed start-up, a crash) stops the others and the supervisor exits 1: restarting
 is left to the process manager (systemd, Docker's restart policy, Kubernetes).
+
+The workers share one directory for their Prometheus metrics (:func:`metrics_directory`,
+``PROMETHEUS_MULTIPROC_DIR``), so ``GET /metrics``, answered by any of them, sums them all.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from app.startup import StartupError
@@ -31,6 +36,7 @@ from app.startup import StartupError
 logger = logging.getLogger(__name__)
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def workers_refusal(workers: int, database_url: str) -> str | None:
@@ -42,6 +48,24 @@ def workers_refusal(workers: int, database_url: str) -> str | None:
             "worker"
         )
     return None
+
+
+@contextlib.contextmanager
+def metrics_directory() -> Iterator[str]:
+    """A fresh directory where every worker keeps its metric values (``PROMETHEUS_MULTIPROC_DIR``,
+    set for the workers to inherit and removed afterwards), unless the operator set one: then
+    that one, as it is. Enter it before the workers fork."""
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        yield given
+        return
+    directory = tempfile.mkdtemp(prefix="respgate-metrics-")
+    os.environ[MULTIPROC_ENV] = directory
+    try:
+        yield directory
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def run_workers(count: int, sock: socket.socket, serve: Callable[[int], int]) -> int:

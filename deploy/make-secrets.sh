@@ -7,6 +7,9 @@
 #   respgate_auth_keys   the gateway's API keys: one key of tenant "default", stored as its
 #                        SHA-256, so the file holds no key (RESPGATE_AUTH__KEYS_FILE)
 #   compaction_key       the key that signs compaction items (RESPGATE_COMPACTION_KEY_FILE)
+#   metrics_token        the bearer token of GET /metrics (RESPGATE_METRICS__TOKEN_FILE), which
+#                        Prometheus sends (docker compose --profile observability)
+#   grafana_admin_password  Grafana's admin password (the observability profile)
 #
 # The API key itself is printed once, here, and kept nowhere: note it down. The directory is
 # yours alone (mode 700); the files in it are readable by the containers' users (mode 644:
@@ -66,3 +69,5 @@ if write respgate_auth_keys "[{\"tenant\": \"default\", \"name\": \"compose\", \
 fi
 
 write compaction_key "$(random_hex)" || true
+write metrics_token "$(random_hex)" || true
+write grafana_admin_password "$(random_hex)" || true

@@ -33,6 +33,10 @@ from app.errors import (
 )
 from app.frontends.anthropic.errors import error_envelope
 
+# The error a request was answered with, kept in its scope for the metrics
+# (``app.api.metrics_middleware`` counts upstream failures by it).
+ERROR_SCOPE_KEY = "respgate.error"
+
 # Anthropic's Messages API: errors on its paths are in Anthropic's envelope.
 _ANTHROPIC_PREFIX = "/v1/messages"
 
@@ -85,6 +89,7 @@ async def _gateway_error(request: Request, exc: Exception) -> Response:
     # A storage failure's cause (the driver's error) is logged here, never sent.
     traced = exc if isinstance(exc, StorageUnavailableError) else None
     log_refusal(request, exc.status_code, exc, loud=exc.log_each, exc=traced)
+    request.scope[ERROR_SCOPE_KEY] = exc
     return _reply(request, exc, exc.headers)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 from sse_starlette import EventSourceResponse
@@ -39,20 +39,40 @@ def encode_event(event: dict[str, Any]) -> bytes:
 OnFinal = Callable[[dict[str, Any] | None], Awaitable[None]]
 
 
+class StreamWatch(Protocol):
+    """What the metrics see of a stream besides its end (``app.api.metrics.Exchange``)."""
+
+    def first_token(self) -> None:
+        """The first ``*.delta`` event is being sent."""
+
+    def stream_error(self, event: dict[str, Any]) -> None:
+        """An ``error`` event is being sent (the stream fails)."""
+
+
 async def _frames(
-    events: AsyncIterator[dict[str, Any]], on_final: OnFinal | None = None
+    events: AsyncIterator[dict[str, Any]],
+    on_final: OnFinal | None = None,
+    watch: StreamWatch | None = None,
 ) -> AsyncIterator[bytes]:
     task = asyncio.current_task()
     if task is not None:
         OPEN_STREAMS.add(task)
     response: dict[str, Any] | None = None
     number = 0
+    waiting = True  # for the first delta
     try:
         try:
             async for event in events:
                 number = event.get("sequence_number", number - 1) + 1
                 if "response" in event:
                     response = event["response"]
+                elif watch is not None:
+                    kind = event["type"]
+                    if waiting and kind.endswith(".delta"):
+                        watch.first_token()
+                        waiting = False
+                    elif kind == "error":
+                        watch.stream_error(event)
                 yield encode_event(event)
         except asyncio.CancelledError:
             # Cut at the end of a drain (app.api.drain): end the stream as a failure, unless
@@ -142,5 +162,9 @@ def event_stream_response(
     events: AsyncIterator[dict[str, Any]],
     on_final: OnFinal | None = None,
     send_timeout: float | None = None,
+    watch: StreamWatch | None = None,
 ) -> GatewayEventSource:
-    return event_stream(_frames(events, on_final), send_timeout)
+    """``on_final``: told the final Response at the end; ``send_timeout``: see
+    :class:`GatewayEventSource`; ``watch``: told of the first delta and of an ``error`` event
+    (the metrics; one check per event)."""
+    return event_stream(_frames(events, on_final, watch), send_timeout)

@@ -12,6 +12,7 @@ from starlette.routing import Route
 
 from app.api.body import read_json_object, validate
 from app.api.disconnect import OPENING_STREAM, WAITING_FOR_ANSWER, unless_gone
+from app.api.metrics import exchange_of, finishing
 from app.api.pagination import page_params
 from app.api.rate_limit import meter_of
 from app.api.replies import json_reply, list_reply
@@ -59,20 +60,25 @@ async def create_response(request: Request) -> Response:
     create = ParsedRequest(parsed, body, principal_of(request).tenant)
     background = state.background
     meter = meter_of(request)  # None unless the caller has a rate limit
-    on_final = meter.charge if meter else None
+    exchange = exchange_of(request)  # None unless metrics are on
+    if exchange is not None:
+        exchange.model = parsed.model
+    on_final, watch = finishing(exchange, meter.charge if meter else None)
     send_timeout = state.settings.stream_send_timeout_seconds
     if parsed.background and background is not None:
         if parsed.stream:
             events = await background.open_stream(create, headers)
-            return event_stream_response(events, on_final, send_timeout)
+            return event_stream_response(events, on_final, send_timeout, watch)
         return json_reply(await background.create(create, headers))
     # A client gone cancels its work (app.api.disconnect); a background response's goes on.
     if parsed.stream:
         opening = state.service.open_stream(create, headers)
         events = await unless_gone(request, opening, OPENING_STREAM)
-        return event_stream_response(events, on_final, send_timeout)
+        return event_stream_response(events, on_final, send_timeout, watch)
     answer = state.service.create(create, headers)
     response = await unless_gone(request, answer, WAITING_FOR_ANSWER)
+    if exchange is not None:
+        exchange.finished(response, stream=False)
     if meter is not None:
         await meter.charge(response)
     return Response(orjson.dumps(response), media_type="application/json")
