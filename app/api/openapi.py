@@ -137,6 +137,26 @@ _MODELS: tuple[type[BaseModel], ...] = (
 )
 
 
+def _document_errors(paths: JsonObject, schemas: JsonObject) -> None:
+    """The errors FastAPI's routes really answer, in OpenAI's envelope: a 400 for bad input
+    where FastAPI documents its 422 (``app.api.errors`` answers a request validation error with
+    a 400) and on every POST (most read their body themselves), a 404 where a path names an
+    object, a 503 from ``/ready`` when an upstream is not ready. tests/api/test_schemathesis.py
+    holds every answer to the document."""
+    for path, item in paths.items():
+        for method, operation in item.items():
+            answers: JsonObject = operation.setdefault("responses", {})
+            validated = answers.pop("422", None) is not None
+            statuses = [400] if validated or method == "post" else []
+            if "{" in path:
+                statuses.append(404)
+            if path == "/ready":
+                statuses.append(503)
+            answers.update(_errors(*statuses))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+
+
 def build_openapi(app: FastAPI) -> JsonObject:
     """FastAPI's schema of its routes, plus the hot routes and the models they use."""
     spec = get_openapi(
@@ -151,6 +171,7 @@ def build_openapi(app: FastAPI) -> JsonObject:
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
     paths: JsonObject = spec.setdefault("paths", {})
+    _document_errors(paths, schemas)
     for path, item in {**HOT_PATHS, **openapi_messages.PATHS}.items():
         paths.setdefault(path, {}).update(item)
     return spec
