@@ -73,11 +73,15 @@ class ErrorEnvelope(BaseModel):
     error: ErrorDetail
 
 
+# Before OpenAPI 3.2 (``itemSchema``), a stream's ``schema`` describes each of its events.
 _EVENT_STREAM = {
     "text/event-stream": {
         "schema": {
-            "type": "string",
-            "description": "Server-sent events (`event: <type>`, `data: <json>`), then `[DONE]`.",
+            "type": "object",
+            "description": "A server-sent event: `event: <type>`, `data: <the event as JSON>`; "
+            "the stream ends with `data: [DONE]`.",
+            "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+            "required": ["data"],
         }
     }
 }
@@ -137,17 +141,21 @@ _MODELS: tuple[type[BaseModel], ...] = (
 )
 
 
+# The routes that read nothing from the request.
+_NO_INPUT = frozenset({"/health", "/ready"})
+
+
 def _document_errors(paths: JsonObject, schemas: JsonObject) -> None:
     """The errors FastAPI's routes really answer, in OpenAI's envelope: a 400 for bad input
-    where FastAPI documents its 422 (``app.api.errors`` answers a request validation error with
-    a 400) and on every POST (most read their body themselves), a 404 where a path names an
-    object, a 503 from ``/ready`` when an upstream is not ready. tests/api/test_schemathesis.py
-    holds every answer to the document."""
+    (a body, a path, a query parameter such as ``limit``: most routes read them themselves, and
+    ``app.api.errors`` answers FastAPI's own validation errors with a 400, not the 422 FastAPI
+    documents), a 404 where a path names an object, a 503 from ``/ready`` when an upstream is
+    not ready. tests/api/test_schemathesis.py holds every answer to the document."""
     for path, item in paths.items():
-        for method, operation in item.items():
+        for operation in item.values():
             answers: JsonObject = operation.setdefault("responses", {})
-            validated = answers.pop("422", None) is not None
-            statuses = [400] if validated or method == "post" else []
+            answers.pop("422", None)
+            statuses = [] if path in _NO_INPUT else [400]
             if "{" in path:
                 statuses.append(404)
             if path == "/ready":

@@ -4,14 +4,16 @@ answer is one the document describes (status, content type, body schema).
 The gateway runs in process (schemathesis's ASGI transport, which runs the app's lifespan once)
 on SQLite in a temporary directory, in front of the fake upstream of the other API tests.
 Hypothesis is derandomized with a small number of examples per operation: the run is the same
-every time and takes seconds. Three passes:
+every time and takes seconds. Four passes:
 
 - positive: data that matches the schema (most of it still refused with a 400 by the gateway's
   own checks: the checks only ask that the refusal is documented and in OpenAI's envelope);
 - negative: data that breaks the schema, for the operations whose body the document describes
   (the others have nothing to negate but a free-form path parameter);
 - arbitrary JSON bodies (any JSON value, nested) POSTed to every operation that takes a body,
-  the ones that read their body themselves included.
+  the ones that read their body themselves included;
+- arbitrary query parameters (pagination, ``include``: read by the routes themselves) on every
+  GET.
 """
 
 from __future__ import annotations
@@ -133,3 +135,52 @@ def test_arbitrary_json_bodies(api_schema: Any) -> None:
         )
         run(operation, strategy, failures)
     assert not failures, "\n\n".join(failures)
+
+
+# The query parameters the routes read themselves (pagination, ``include``), not in the document.
+QUERY = st.dictionaries(
+    st.sampled_from(["limit", "order", "after", "before", "include", "include[]", "filter"]),
+    st.text(max_size=12) | st.integers().map(str),
+    max_size=4,
+)
+
+
+def test_arbitrary_query_parameters(api_schema: Any) -> None:
+    failures: list[str] = []
+    gets = [operation for operation in operations(api_schema) if operation.method == "get"]
+    for operation in gets:
+        names = [parameter.name for parameter in operation.path_parameters]
+        strategy = QUERY.map(
+            lambda query, op=operation, names=names: op.Case(
+                path_parameters=dict.fromkeys(names, "missing"), query=query
+            )
+        )
+        run(operation, strategy, failures)
+    assert not failures, "\n\n".join(failures)
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/v1/responses", {"model": "m", "input": "hi", "stream": True}),
+        ("/v1/responses", {"model": "m", "input": "hi"}),
+        (
+            "/v1/messages",
+            {
+                "model": "m",
+                "max_tokens": 8,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        ),
+    ],
+)
+def test_successful_answers_conform(api_schema: Any, path: str, body: JsonObject) -> None:
+    """A request that succeeds, streams included (fuzzed data seldom does): its answer, every
+    event of a stream, is as the document describes. (Chat completions are the upstream's
+    answer, passed through; the fake upstream takes none.)"""
+    operation = api_schema[path]["POST"]
+    response = operation.Case(body=body, media_type="application/json").call_and_validate(
+        checks=CHECKS
+    )
+    assert response.status_code == 200, response.text
