@@ -73,11 +73,15 @@ class ErrorEnvelope(BaseModel):
     error: ErrorDetail
 
 
+# Before OpenAPI 3.2 (``itemSchema``), a stream's ``schema`` describes each of its events.
 _EVENT_STREAM = {
     "text/event-stream": {
         "schema": {
-            "type": "string",
-            "description": "Server-sent events (`event: <type>`, `data: <json>`), then `[DONE]`.",
+            "type": "object",
+            "description": "A server-sent event: `event: <type>`, `data: <the event as JSON>`; "
+            "the stream ends with `data: [DONE]`.",
+            "properties": {"event": {"type": "string"}, "data": {"type": "string"}},
+            "required": ["data"],
         }
     }
 }
@@ -137,6 +141,30 @@ _MODELS: tuple[type[BaseModel], ...] = (
 )
 
 
+# The routes that read nothing from the request.
+_NO_INPUT = frozenset({"/health", "/ready"})
+
+
+def _document_errors(paths: JsonObject, schemas: JsonObject) -> None:
+    """The errors FastAPI's routes really answer, in OpenAI's envelope: a 400 for bad input
+    (a body, a path, a query parameter such as ``limit``: most routes read them themselves, and
+    ``app.api.errors`` answers FastAPI's own validation errors with a 400, not the 422 FastAPI
+    documents), a 404 where a path names an object, a 503 from ``/ready`` when an upstream is
+    not ready. tests/api/test_schemathesis.py holds every answer to the document."""
+    for path, item in paths.items():
+        for operation in item.values():
+            answers: JsonObject = operation.setdefault("responses", {})
+            answers.pop("422", None)
+            statuses = [] if path in _NO_INPUT else [400]
+            if "{" in path:
+                statuses.append(404)
+            if path == "/ready":
+                statuses.append(503)
+            answers.update(_errors(*statuses))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+
+
 def build_openapi(app: FastAPI) -> JsonObject:
     """FastAPI's schema of its routes, plus the hot routes and the models they use."""
     spec = get_openapi(
@@ -151,6 +179,7 @@ def build_openapi(app: FastAPI) -> JsonObject:
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
     paths: JsonObject = spec.setdefault("paths", {})
+    _document_errors(paths, schemas)
     for path, item in {**HOT_PATHS, **openapi_messages.PATHS}.items():
         paths.setdefault(path, {}).update(item)
     return spec

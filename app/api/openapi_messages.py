@@ -84,8 +84,15 @@ def _operation(
     errors = {"application/json": {"schema": _ref(AnthropicError)}}
     content: JsonObject = {"application/json": {"schema": _ref(answer)}}
     if answer is Message:
+        # Before OpenAPI 3.2 (``itemSchema``), a stream's ``schema`` describes each event.
+        event = {"event": {"type": "string"}, "data": {"type": "string"}}
         content["text/event-stream"] = {
-            "schema": {"type": "string", "description": "Anthropic's server-sent events."}
+            "schema": {
+                "type": "object",
+                "description": "One of Anthropic's server-sent events.",
+                "properties": event,
+                "required": ["event", "data"],
+            }
         }
     return {
         "summary": summary,

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
 
+# Below the 5 s keep-alive timeout of the usual inference servers (see ``HttpUpstream.session``).
+KEEPALIVE_SECONDS = 3.0
 # The request id, OpenAI's organization and project; a trace context when tracing is on.
 _PASSED_HEADERS = (
     "openai-organization",
@@ -72,8 +74,16 @@ class HttpUpstream:
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
+            # An idle connection is dropped after KEEPALIVE_SECONDS, before the upstream's own
+            # keep-alive timeout closes it (uvicorn's, vLLM's and SGLang's: 5 s; aiohttp's
+            # default is 15 s): a request written on a connection the server is closing at
+            # that moment fails with a reset, a 502 for the client (the soak found it,
+            # tests/serving/test_soak.py).
             connector = aiohttp.TCPConnector(
-                limit=self._connector_limit, ttl_dns_cache=300, enable_cleanup_closed=False
+                limit=self._connector_limit,
+                ttl_dns_cache=300,
+                enable_cleanup_closed=False,
+                keepalive_timeout=KEEPALIVE_SECONDS,
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
