@@ -31,12 +31,17 @@ _EVENTS = frozenset(
     }
 )
 
+# (source, destination, ...): the destination is the path written.
+_TO_SECOND = frozenset({"os.link", "os.symlink", "os.rename", "os.replace"})
+
 
 def _written(event: str, args: tuple[object, ...]) -> object:
     if event == "open":
         path, mode, flags = args
         writes = isinstance(mode, str) and any(c in mode for c in "wax+")
         return path if writes or (isinstance(flags, int) and flags & _WRITING) else None
+    if event in _TO_SECOND and len(args) > 1:
+        return args[1]  # the new name: where the file now is
     return args[0] if event in _EVENTS and args else None
 
 
