@@ -27,6 +27,8 @@ from typing import TypeVar
 from starlette.requests import Request
 from starlette.types import Message
 
+from app.core.request_id import current_request_id
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -100,7 +102,7 @@ async def _drop(result: object) -> None:
 
 
 def _log_gone(request: Request, stage: str) -> None:
-    request_id = request.headers.get("x-request-id")
+    request_id = current_request_id()
     logger.info(
         "%s %s: the client closed the connection while %s; its work was cancelled%s",
         request.method,

@@ -24,6 +24,7 @@ from starlette.responses import JSONResponse, Response
 from app.api.body import format_loc
 from app.api.disconnect import ClientGoneError
 from app.core.failures import SERVER_ERROR_MESSAGE
+from app.core.request_id import current_request_id
 from app.errors import (
     GatewayError,
     InvalidRequestError,
@@ -77,7 +78,7 @@ def log_refusal(
         error.type,
         error.code,
         error.param,
-        request.headers.get("x-request-id"),
+        current_request_id(),
         error.message[:500],
         exc_info=exc,
     )

@@ -19,11 +19,11 @@ from typing import Any, Protocol
 import orjson
 from sse_starlette import EventSourceResponse
 from sse_starlette.sse import SendTimeoutError
-from starlette.datastructures import Headers
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.drain import OPEN_STREAMS, closing_events
+from app.core.request_id import current_request_id
 
 logger = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class PassthroughStream(StreamingResponse):
 
 
 def log_stalled(scope: Scope, send_timeout: float | None) -> None:
-    request_id = Headers(scope=scope).get("x-request-id")
+    request_id = current_request_id()
     logger.warning(
         "%s %s: the client read nothing of its stream for %s s; the stream was ended%s",
         scope.get("method"),

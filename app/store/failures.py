@@ -130,6 +130,10 @@ def guard_engine(engine: AsyncEngine) -> None:
 
 
 def _on_error(context: ExceptionContext) -> BaseException | None:
+    if not isinstance(context.original_exception, Exception):
+        # A cancellation (the task was cancelled mid-statement) or an exit stays what it is:
+        # turned into an error, a cancelled loop would take it for a failure and go on.
+        return None
     if context.is_disconnect or context.connection is None:
         # The connection broke, or none could be made (SQLAlchemy invalidates it either way).
         return StorageUnavailableError()
