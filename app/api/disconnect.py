@@ -102,7 +102,7 @@ async def _drop(result: object) -> None:
 
 
 def _log_gone(request: Request, stage: str) -> None:
-    request_id = current_request_id()
+    request_id = current_request_id() or request.headers.get("x-request-id")
     logger.info(
         "%s %s: the client closed the connection while %s; its work was cancelled%s",
         request.method,
