@@ -1,12 +1,13 @@
-"""Events -> SSE frames, sent with sse-starlette.
+"""Events -> SSE frames, sent by ``app.api.sse_response``.
 
-Frames are encoded here (``event: <type>\\ndata: <json>\\n\\n``) as bytes, which sse-starlette
-writes unchanged; the stream ends with ``data: [DONE]``. The events come from
-``ResponsesService.open_stream``, which already turns any failure after the start into an
-``error`` event and ``response.failed``; this layer adds framing, the closing events of a
-stream cut when the process's drain lapses (``app.api.drain``), and the end of a stream whose
-client stopped reading (``stream_send_timeout_seconds``: :class:`GatewayEventSource`, and
-:class:`PassthroughStream` for the chat-completions passthrough).
+Frames are encoded here (``event: <type>\\ndata: <json>\\n\\n``) as bytes, which the response
+writes unchanged (those ready together in one write); the stream ends with ``data: [DONE]``.
+The events come from ``ResponsesService.open_stream``, which already turns any failure after
+the start into an ``error`` event and ``response.failed``; this layer adds framing, the
+closing events of a stream cut when the process's drain lapses (``app.api.drain``), and the
+end of a stream whose client stopped reading (``stream_send_timeout_seconds``:
+:class:`GatewayEventSource`, and :class:`PassthroughStream` for the chat-completions
+passthrough).
 """
 
 from __future__ import annotations
@@ -17,12 +18,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 import orjson
-from sse_starlette import EventSourceResponse
-from sse_starlette.sse import SendTimeoutError
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.drain import OPEN_STREAMS, closing_events
+from app.api.sse_response import EventStreamResponse, StreamSendTimeout
 from app.core.request_id import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -95,17 +95,17 @@ async def _frames(
             await aclose()
 
 
-class GatewayEventSource(EventSourceResponse):
-    """sse-starlette's response, ended when one send waits on the client longer than
-    ``send_timeout`` (``stream_send_timeout_seconds``: a client connected but no longer reading):
-    the body iterator is closed (so the upstream request is dropped), one line is logged, and the
+class GatewayEventSource(EventStreamResponse):
+    """The SSE response, ended when one send waits on the client longer than ``send_timeout``
+    (``stream_send_timeout_seconds``: a client connected but no longer reading): the body
+    iterator is closed (so the upstream request is dropped), one line is logged, and the
     connection is closed (uvicorn closes a response left incomplete, and logs an error line
     saying so: ASGI has no way to abort a response)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
-        except SendTimeoutError:
+        except StreamSendTimeout:
             log_stalled(scope, self.send_timeout)
 
 
@@ -127,14 +127,14 @@ class PassthroughStream(StreamingResponse):
                 async with asyncio.timeout(timeout):
                     await send(message)
             except TimeoutError:
-                raise SendTimeoutError from None  # not an upstream's timeout
+                raise StreamSendTimeout from None  # not an upstream's timeout
 
         await super().stream_response(timed_send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
-        except SendTimeoutError:
+        except StreamSendTimeout:
             log_stalled(scope, self.send_timeout)
             if self.background is not None:
                 await self.background()
@@ -155,7 +155,7 @@ def event_stream(
     frames: AsyncIterator[bytes], send_timeout: float | None = None
 ) -> GatewayEventSource:
     """An SSE response of encoded ``frames``; ``send_timeout``: None (or 0) waits forever."""
-    return GatewayEventSource(frames, ping=15, sep="\n", send_timeout=send_timeout or None)
+    return GatewayEventSource(frames, ping=15, send_timeout=send_timeout or None)
 
 
 def event_stream_response(
