@@ -21,7 +21,7 @@ from app.errors import UpstreamError
 from app.net.http import map_transport_error, release
 from app.protocol.events import STREAM_DONE
 from app.protocol.json_types import JsonObject
-from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES, parse_sse_lines, split_lines
+from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 
 
 class EventTranslator(Protocol):
@@ -57,23 +57,26 @@ class UpstreamEvents:
 
     async def _events(self) -> AsyncIterator[JsonObject]:
         translator = self._translator
+        # Not aiohttp's readline: it caps line length (see ``sse.SSEDecoder``).
+        decoder = SSEDecoder(self._max_bytes)
+        read = self._resp.content.readany
         try:
-            # Not aiohttp's readline: it caps line length (see ``split_lines``).
-            limit = self._max_bytes
-            events = parse_sse_lines(split_lines(self._resp.content.iter_any(), limit), limit)
-            if translator is None:
-                async for event in events:
-                    yield event
-                return
-            async for upstream_event in events:
-                if upstream_event.get("type") == STREAM_DONE:
+            while True:
+                chunk = await read()
+                # The last bytes may complete an event (a frame without its blank line).
+                for upstream_event in decoder.feed(chunk) if chunk else decoder.end():
+                    if translator is None:
+                        yield upstream_event
+                    elif upstream_event.get("type") != STREAM_DONE:
+                        for event in translator.feed(upstream_event):
+                            yield event
+                        if translator.done:
+                            return
+                if not chunk or decoder.done:
                     break
-                for event in translator.feed(upstream_event):
+            if translator is not None:
+                for event in translator.finish():
                     yield event
-                if translator.done:
-                    return
-            for event in translator.finish():
-                yield event
         except UpstreamError:
             raise
         except Exception as exc:

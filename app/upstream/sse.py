@@ -47,48 +47,127 @@ async def split_lines(
         yield b"".join(parts)
 
 
-async def parse_sse_lines(
-    lines: AsyncIterable[bytes], max_event: int = DEFAULT_MAX_EVENT_BYTES
-) -> AsyncIterator[JsonObject]:
-    """Parse SSE lines (each ending in ``\\n``) into JSON events, each of at most ``max_event``
-    bytes of data (``UpstreamEventTooLargeError`` past it).
+class SSEDecoder:
+    """Bytes of an upstream SSE stream in, parsed events out: pure and incremental, one call per
+    network chunk (the hot path: no generator per line or per event, bench/README.md "Issue 19").
 
-    A frame's ``event:`` name fills ``type`` when the JSON lacks one; ``data: [DONE]`` ends the
-    stream and is reported as one ``{"type": STREAM_DONE}`` event; llama.cpp's ``error: {...}``
-    field is read as ``data: {"error": {...}}``; comments and ``id:``/``retry:`` fields are
-    ignored; multi-line ``data`` is joined.
+    ``feed(chunk)`` returns the events the chunk completes; ``end()`` those the last bytes leave
+    (a last line without its newline, a frame without its blank line). A line longer than
+    ``max_bytes``, or an event whose data is, raises ``UpstreamEventTooLargeError`` as soon as it
+    is known to be (a line without end must not grow without end). A frame's ``event:`` name fills
+    ``type`` when the JSON lacks one; ``data: [DONE]`` is reported as one ``{"type": STREAM_DONE}``
+    event and sets ``done`` (nothing after it is read); llama.cpp's ``error: {...}`` field is read
+    as ``data: {"error": {...}}``; comments and ``id:``/``retry:`` fields are ignored; multi-line
+    ``data`` is joined with newlines.
     """
-    event_name: str | None = None
-    data: list[bytes] = []
-    size = 0
-    async for raw in lines:
-        line = raw.rstrip(b"\r\n")
-        if line:
-            if line.startswith(b"data:"):
-                chunk = line[5:]
-                data.append(chunk[1:] if chunk.startswith(b" ") else chunk)
-                size += len(chunk)
-                if size > max_event:
-                    raise UpstreamEventTooLargeError(max_event)
+
+    __slots__ = ("_data", "_data_size", "_max", "_name", "_partial", "_partial_size", "done")
+
+    def __init__(self, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
+        self._max = max_bytes
+        self._partial: list[bytes] = []  # the pieces of a line not yet ended
+        self._partial_size = 0
+        self._name: str | None = None  # the frame's ``event:``
+        self._data: list[bytes] = []  # the frame's ``data:`` lines
+        self._data_size = 0
+        self.done = False
+
+    def feed(self, chunk: bytes) -> list[JsonObject]:
+        out: list[JsonObject] = []
+        if self.done or not chunk:
+            return out
+        if self._partial:
+            end = chunk.find(b"\n")
+            if end < 0:
+                self._grow_partial(chunk)
+                return out
+            self._partial.append(chunk[:end])
+            line = b"".join(self._partial)
+            self._partial, self._partial_size = [], 0
+            if len(line) >= self._max:
+                raise UpstreamEventTooLargeError(self._max)
+            self._lines([line], out)
+            if self.done:
+                return out
+            chunk = chunk[end + 1 :]
+        lines = chunk.split(b"\n")
+        tail = lines.pop()  # what follows the last newline: the start of a line
+        self._lines(lines, out)
+        if tail and not self.done:
+            self._grow_partial(tail)
+        return out
+
+    def end(self) -> list[JsonObject]:
+        """The events the stream's last bytes complete."""
+        out: list[JsonObject] = []
+        if self.done:
+            return out
+        if self._partial:
+            line = b"".join(self._partial)
+            self._partial, self._partial_size = [], 0
+            self._lines([line], out)
+        if self._data and not self.done:
+            self._dispatch(out)
+        return out
+
+    def _grow_partial(self, piece: bytes) -> None:
+        self._partial_size += len(piece)
+        if self._partial_size >= self._max:
+            raise UpstreamEventTooLargeError(self._max)
+        self._partial.append(piece)
+
+    def _lines(self, lines: list[bytes], out: list[JsonObject]) -> None:
+        limit = self._max
+        data = self._data
+        for line in lines:
+            if len(line) >= limit:  # with its newline, longer than the limit
+                raise UpstreamEventTooLargeError(limit)
+            if line.endswith(b"\r"):
+                line = line.rstrip(b"\r")
+            if not line:
+                if data:
+                    self._dispatch(out)
+                    if self.done:
+                        return
+                    data = self._data
+                self._name = None
+            elif line.startswith(b"data:"):
+                value = line[6:] if line.startswith(b"data: ") else line[5:]
+                data.append(value)
+                self._data_size += len(value)
+                if self._data_size > limit:
+                    raise UpstreamEventTooLargeError(limit)
             elif line.startswith(b"event:"):
-                event_name = line[6:].strip().decode()
+                self._name = line[6:].strip().decode()
             elif line.startswith(b"error:"):
                 # llama.cpp's server reports a failure mid-stream as an ``error: {...}`` field,
                 # which SSE parsers ignore; it becomes the ``{"error": {...}}`` others send.
                 data.append(b'{"error":' + line[6:].strip() + b"}")
-            continue
-        if data:
-            payload = data[0] if len(data) == 1 else b"\n".join(data)
-            data, size = [], 0
-            if payload.strip() == b"[DONE]":
-                yield {"type": STREAM_DONE}
-                return
-            yield _decode(payload, event_name)
-        event_name = None
-    if data:
-        payload = b"\n".join(data)
-        done = payload.strip() == b"[DONE]"
-        yield {"type": STREAM_DONE} if done else _decode(payload, event_name)
+
+    def _dispatch(self, out: list[JsonObject]) -> None:
+        data = self._data
+        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        self._data, self._data_size = [], 0
+        if not payload.startswith(b"{") and payload.strip() == b"[DONE]":
+            out.append({"type": STREAM_DONE})
+            self.done = True
+            return
+        out.append(_decode(payload, self._name))
+
+
+async def parse_sse_lines(
+    lines: AsyncIterable[bytes], max_event: int = DEFAULT_MAX_EVENT_BYTES
+) -> AsyncIterator[JsonObject]:
+    """SSE lines (or any chunks of an SSE stream) -> events: :class:`SSEDecoder` over an
+    iterable (the hot path feeds the decoder itself, ``app.upstream.events``)."""
+    decoder = SSEDecoder(max_event)
+    async for chunk in lines:
+        for event in decoder.feed(chunk):
+            yield event
+        if decoder.done:
+            return
+    for event in decoder.end():
+        yield event
 
 
 def _decode(payload: bytes, event_name: str | None) -> JsonObject:
