@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import uvicorn
-from sse_starlette.sse import AppStatus
 
 from app.api.drain import cut_open_streams
+from app.collector import settle_heap
 from app.connections import connection_cap, guarded_protocol
 from app.options.server import ServerSettings
 
@@ -89,9 +89,8 @@ async def serve_together(
     started (False: one failed its start-up, and uvicorn logged why).
     """
     loop = asyncio.get_running_loop()
-    # sse-starlette ends every open stream as soon as uvicorn is told to stop; here a stream
-    # finishes within the drain instead, and is cut when the drain lapses (app.api.drain).
-    AppStatus.enable_automatic_graceful_drain = False
+    # On a signal a stream finishes within the drain, and is cut when the drain lapses
+    # (app.api.drain).
 
     cut: list[asyncio.TimerHandle] = []
 
@@ -113,6 +112,8 @@ async def serve_together(
     try:
         tasks = [asyncio.create_task(_serve(server, sock)) for server, sock in servers]
         started = await _until_started([server for server, _ in servers], tasks)
+        if started:
+            settle_heap()  # the start-up heap out of the collector's way (app.collector)
         if started and on_started is not None:
             on_started()
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
