@@ -67,7 +67,7 @@ class SSEDecoder:
         self._max = max_bytes
         self._partial: list[bytes] = []  # the pieces of a line not yet ended
         self._partial_size = 0
-        self._name: str | None = None  # the frame's ``event:``
+        self._name: bytes | None = None  # the frame's ``event:`` (decoded only when needed)
         self._data: list[bytes] = []  # the frame's ``data:`` lines
         self._data_size = 0
         self.done = False
@@ -138,7 +138,7 @@ class SSEDecoder:
                 if self._data_size > limit:
                     raise UpstreamEventTooLargeError(limit)
             elif line.startswith(b"event:"):
-                self._name = line[6:].strip().decode()
+                self._name = line[6:]
             elif line.startswith(b"error:"):
                 # llama.cpp's server reports a failure mid-stream as an ``error: {...}`` field,
                 # which SSE parsers ignore; it becomes the ``{"error": {...}}`` others send.
@@ -152,7 +152,12 @@ class SSEDecoder:
             out.append({"type": STREAM_DONE})
             self.done = True
             return
-        out.append(_decode(payload, self._name))
+        event = _decode(payload)
+        if "type" not in event and self._name is not None:
+            name = self._name.strip().decode(errors="replace")
+            if name:
+                event["type"] = name
+        out.append(event)
 
 
 async def parse_sse_lines(
@@ -170,13 +175,11 @@ async def parse_sse_lines(
         yield event
 
 
-def _decode(payload: bytes, event_name: str | None) -> JsonObject:
+def _decode(payload: bytes) -> JsonObject:
     try:
         event = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
         raise UpstreamProtocolError(f"upstream sent an SSE frame that is not JSON: {exc}") from exc
     if not isinstance(event, dict):
         raise UpstreamProtocolError("upstream sent an SSE frame that is not a JSON object")
-    if "type" not in event and event_name:
-        event["type"] = event_name
     return event
