@@ -15,6 +15,11 @@ gateway's upstream calls cost) per request. Variants:
 With ``--full`` the pool is smaller than the concurrency (``--limit``), so every request past
 it waits and the hooks fire (and the metrics observer appends): their cost when they run.
 
+``--connect``: the connection step alone, ``connector.connect`` + ``release`` of a kept-alive
+connection, 20,000 at a time, in turns: aiohttp's ``TCPConnector``, ``WatchedConnector`` as it
+is (no trace while the pool has a free slot) and ``WatchedConnector`` tracing every step (what
+it would cost without the free-slot test).
+
     PYTHONPATH=. .venv/bin/python bench/pool_wait_bench.py [--requests 400] [--blocks 15]
         [--concurrency 32] [--stream] [--full] [--shared-bench DIR]
 
@@ -34,6 +39,7 @@ from pathlib import Path
 
 import aiohttp
 import orjson
+import yarl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -41,6 +47,7 @@ from _harness import DEFAULT_SHARED_BENCH, free_port, mock_server, running
 
 from app.api.metrics import GatewayMetrics, ModelLabels
 from app.upstream.http import KEEPALIVE_SECONDS, HttpUpstream
+from app.upstream.pool import PoolWatch, WatchedConnector
 
 BODY = {"model": "mock", "input": "hi", "store": False}
 
@@ -121,6 +128,35 @@ async def measure(args: argparse.Namespace, base: str) -> dict[str, list[float]]
     return results
 
 
+async def measure_connect(args: argparse.Namespace, base: str) -> dict[str, list[float]]:
+    """CPU µs of one ``connect`` + ``release`` of a kept-alive connection, per connector."""
+    always = WatchedConnector(PoolWatch("mock", 1024, 3600.0))
+    always._counted = False  # the free-slot test off: every step traced
+    connectors = {
+        "none": aiohttp.TCPConnector(limit=1024),
+        "watch": WatchedConnector(PoolWatch("mock", 1024, 3600.0)),
+        "traced-always": always,
+    }
+    for connector in connectors.values():  # one kept-alive connection in each pool
+        session = aiohttp.ClientSession(connector=connector, connector_owner=False)
+        async with session, session.get(f"{base}/health") as resp:
+            await resp.read()
+    loop = asyncio.get_running_loop()
+    req = aiohttp.ClientRequest("GET", yarl.URL(f"{base}/health"), loop=loop)
+    timeout = aiohttp.ClientTimeout(connect=10)
+    results: dict[str, list[float]] = {name: [] for name in connectors}
+    for _ in range(args.blocks):
+        for name, connector in connectors.items():
+            started = time.process_time()
+            for _ in range(20_000):
+                connection = await connector.connect(req, [], timeout)
+                connection.release()
+            results[name].append((time.process_time() - started) / 20_000 * 1e6)
+    for connector in connectors.values():
+        await connector.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=400, help="requests per block")
@@ -129,15 +165,20 @@ def main() -> None:
     parser.add_argument("--stream", action="store_true", help="SSE streams, not JSON")
     parser.add_argument("--full", action="store_true", help="a pool smaller than concurrency")
     parser.add_argument("--limit", type=int, default=8, help="the pool's size with --full")
+    parser.add_argument("--connect", action="store_true", help="the connection step alone")
     parser.add_argument("--shared-bench", type=Path, default=DEFAULT_SHARED_BENCH)
     args = parser.parse_args()
     mock = mock_server(args.shared_bench, free_port(), None)
     with running([mock]):
-        results = asyncio.run(measure(args, mock.base))
+        run = measure_connect if args.connect else measure
+        results = asyncio.run(run(args, mock.base))
     base = statistics.median(results["none"])
     what = "stream" if args.stream else "json"
     pool = f"pool {args.limit} (full)" if args.full else "pool 1024"
-    print(f"{what}, c={args.concurrency}, {pool}, {args.blocks} blocks x {args.requests}")
+    if args.connect:
+        print(f"connect + release, {args.blocks} blocks x 20,000")
+    else:
+        print(f"{what}, c={args.concurrency}, {pool}, {args.blocks} blocks x {args.requests}")
     print("| variant | CPU µs/request (median) | min..max | vs none | paired vs none (median) |")
     print("|---|---|---|---|---|")
     for name, costs in results.items():

@@ -52,14 +52,18 @@ class WatchedConnector(aiohttp.TCPConnector):
     """aiohttp's connector, its connection step traced for ``PoolWatch``: aiohttp fires the
     trace's ``on_connection_queued_*`` hooks only when the pool is full.
 
-    The trace is given to ``connect`` alone, not to the session (``trace_configs``): a
-    session's trace runs through every step of every request (eight signals sent, the URL
-    rebuilt twice, a callback per chunk written), about 14 µs of CPU a request measured on
-    this project's bench, where this one costs about 1 µs (bench/README.md, "Issue 19")."""
+    The trace is given to ``connect`` alone, and only when the pool is full: a session's
+    trace (``trace_configs``) runs through every step of every request (eight signals sent,
+    the URL rebuilt twice, a callback per chunk written): 13-24 µs of CPU a request on this
+    project's bench; a trace on every connection step 2 µs; this, with a free slot, 0.4 µs
+    (bench/README.md, "Issue 19: waiting for an upstream connection")."""
 
     def __init__(self, watch: PoolWatch, **options: Any) -> None:
         super().__init__(limit=watch.limit, **options)
         self.watch = watch
+        # Whether a request may find the pool full: aiohttp's set of the connections in use
+        # (a private attribute of its connectors; without it every step is traced).
+        self._counted = isinstance(getattr(self, "_acquired", None), set)
 
     async def connect(
         self,
@@ -67,6 +71,10 @@ class WatchedConnector(aiohttp.TCPConnector):
         traces: list[Trace],
         timeout: aiohttp.ClientTimeout,  # noqa: ASYNC109 - aiohttp's signature
     ) -> Connection:
+        if self._counted and len(self._acquired) < self.watch.limit:
+            # A free slot: aiohttp will not wait (it makes the same test, with nothing run in
+            # between: the session has no trace of its own to await), so nothing to trace.
+            return await super().connect(req, traces, timeout)
         config = self.watch.trace_config
         ctx = config.trace_config_ctx()
         # The receivers take no session: none is given.

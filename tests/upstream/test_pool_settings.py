@@ -58,6 +58,8 @@ async def test_no_limit_is_aiohttps_own_connector_and_a_limit_is_watched() -> No
         watched = limited.session.connector
         assert isinstance(watched, WatchedConnector) and watched.limit == 3
         assert limited.session.trace_configs == []  # nothing traced on every request
+        # The free-slot test is on (aiohttp still counts its connections in use).
+        assert watched._counted
     finally:
         await unlimited.aclose()
         await limited.aclose()

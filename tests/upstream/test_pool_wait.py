@@ -132,6 +132,24 @@ async def test_a_wait_under_the_threshold_logs_nothing_but_is_observed(
     assert [name for name, _ in waits] == ["gpu-a"]
 
 
+async def test_a_request_that_finds_a_free_connection_is_not_timed(
+    upstream_url: str, gate: Gate
+) -> None:
+    upstream = HttpUpstream(upstream_url, name="gpu-a", max_connections=2)
+    waits: list[tuple[str, float]] = []
+    upstream.pool.watch(lambda name, seconds: waits.append((name, seconds)))
+    try:
+        url = f"{upstream_url}/v1/responses"
+        tasks = [asyncio.create_task(upstream.post_json(url, {"n": n}, {})) for n in range(2)]
+        await until(lambda: gate.held == 2, "both requests reached the upstream")
+        assert upstream.pool.waiting == 0
+        gate.release.set()
+        await asyncio.gather(*tasks)
+    finally:
+        await upstream.aclose()
+    assert waits == []
+
+
 async def test_more_waits_within_the_interval_make_one_summary_line(
     upstream_url: str, gate: Gate, caplog: pytest.LogCaptureFixture
 ) -> None:
