@@ -103,7 +103,9 @@ def create_configured_upstream(
         "forward_client_key": config.forward_client_key,
         "connect_timeout": config.connect_timeout,
         "read_timeout": config.read_timeout,
+        "name": config.name,
         "max_connections": config.max_connections,
+        "pool_wait_warn_seconds": config.pool_wait_warn_seconds,
         "max_event_bytes": max_event_bytes,
     }
     chat = ChatOptions(

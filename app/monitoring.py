@@ -6,7 +6,8 @@ Under ``respgate serve --workers N`` the workers share one metrics directory
 it; the metrics themselves are ``app.api.metrics``, measured by
 ``app.api.metrics_middleware`` (outermost: it counts the requests authentication refuses
 too). While the app runs (its lifespan) the metrics hear the tool-call event bus
-(``ToolEvents.subscribe``), and every ``FLUSH_SECONDS`` move what the requests reported into
+(``ToolEvents.subscribe``) and the upstreams' waits for a pool connection
+(``core.ports.UpstreamPools``), and every ``FLUSH_SECONDS`` move what the requests reported into
 the metrics and sample the gauges (with several workers: what a scrape answered by one worker
 sees of the others).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -25,6 +26,7 @@ from app.api.metrics import GatewayMetrics, ModelLabels
 from app.api.metrics_middleware import MetricsAccess, MetricsMiddleware
 from app.api.state import GatewayState
 from app.core.background import running_count
+from app.core.ports import Upstream, UpstreamPools
 from app.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -48,7 +50,8 @@ def install_metrics(app: FastAPI, settings: Settings) -> GatewayMetrics | None:
     options = settings.metrics
     if not options.enabled:
         return None
-    metrics = GatewayMetrics(ModelLabels(known_models(settings), options.max_learned_models))
+    models = ModelLabels(known_models(settings), options.max_learned_models)
+    metrics = GatewayMetrics(models, [upstream.name for upstream in settings.resolved_upstreams()])
     auth_on, _ = settings.auth.enabled_for(settings.host)
     token = options.token.get_secret_value() if options.token is not None else None
     app.add_middleware(
@@ -61,6 +64,7 @@ def install_metrics(app: FastAPI, settings: Settings) -> GatewayMetrics | None:
         async with inner(application) as state:
             gateway: GatewayState = application.state.gateway
             unsubscribe = gateway.service.tool_events.subscribe(metrics.on_tool_event)
+            unwatch = watch_pools(metrics, gateway.upstream)
             background = gateway.background
             if background is not None:
                 metrics.background_count = lambda: running_count(background)
@@ -76,9 +80,24 @@ def install_metrics(app: FastAPI, settings: Settings) -> GatewayMetrics | None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await flusher
                 unsubscribe()
+                unwatch()
 
     app.router.lifespan_context = lifespan
     return metrics
+
+
+def watch_pools(metrics: GatewayMetrics, upstream: Upstream) -> Callable[[], None]:
+    """The upstreams' waits for a pool connection into ``metrics`` (their histogram, and
+    the gauge of requests waiting, sampled at each flush); returns what stops it."""
+    if not isinstance(upstream, UpstreamPools):
+        return lambda: None
+    pools = upstream
+
+    def waiting() -> dict[str, int]:
+        return {name: report.waiting for name, report in pools.pools().items()}
+
+    metrics.pool_waiting_counts = waiting
+    return pools.watch_pool_waits(metrics.record_pool_wait)
 
 
 async def _flush_often(metrics: GatewayMetrics) -> None:

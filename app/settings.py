@@ -28,6 +28,10 @@ from app.options.retention import RetentionSettings
 from app.options.secrets import SecretFilesEnvSource
 from app.options.server import ServerSettings
 from app.options.tracing import TracingSettings
+from app.options.upstreams import (
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_POOL_WAIT_WARN_SECONDS,
+)
 from app.options.upstreams import UpstreamConfig as UpstreamConfig
 from app.options.upstreams import UpstreamKind as UpstreamKind
 from app.options.urls import check_http_url, strip_base_url
@@ -67,7 +71,10 @@ class Settings(BaseSettings):
     upstream_forward_client_key: bool = False
     upstream_connect_timeout: float = Field(default=10.0, gt=0)
     upstream_read_timeout: float = Field(default=600.0, gt=0)
-    upstream_max_connections: int = Field(default=256, ge=1)
+    # The pool's size (0: no limit) and the pool wait that logs a warning, as the keys without
+    # "upstream_" of [[upstreams]] (app/options/upstreams.py says why these defaults).
+    upstream_max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=0)
+    upstream_pool_wait_warn_seconds: float = Field(default=DEFAULT_POOL_WAIT_WARN_SECONDS, ge=0)
     upstream_context_window: int | None = Field(default=None, gt=0)
     # Retries and the circuit breaker, as the keys without "upstream_" of [[upstreams]].
     upstream_retries: int = Field(default=2, ge=0, le=10)
@@ -292,6 +299,7 @@ class Settings(BaseSettings):
                     connect_timeout=self.upstream_connect_timeout,
                     read_timeout=self.upstream_read_timeout,
                     max_connections=self.upstream_max_connections,
+                    pool_wait_warn_seconds=self.upstream_pool_wait_warn_seconds,
                     context_window=self.upstream_context_window,
                     retries=self.upstream_retries,
                     retry_backoff_seconds=self.upstream_retry_backoff_seconds,
@@ -346,6 +354,7 @@ _SINGLE_UPSTREAM_KEYS = frozenset(
         "upstream_connect_timeout",
         "upstream_read_timeout",
         "upstream_max_connections",
+        "upstream_pool_wait_warn_seconds",
         "upstream_context_window",
         "upstream_retries",
         "upstream_retry_backoff_seconds",

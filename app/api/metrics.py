@@ -14,8 +14,12 @@ in one process never collide) and what records them:
 - ``respgate_upstream_errors_total`` (code): an upstream failure answered before the stream
   started (the error handler notes it, ``app.api.errors.ERROR_SCOPE_KEY``) or a stream's
   ``error`` event with an upstream code;
-- ``respgate_open_streams`` (SSE responses being sent) and ``respgate_background_responses``
-  (background responses this process runs), sampled.
+- ``respgate_upstream_pool_wait_seconds`` (upstream): how long a request waited for a
+  connection of the upstream's pool, the pool full (``app.upstream.pool``, through
+  ``core.ports.UpstreamPools``; a request that found a free connection is not observed);
+- ``respgate_open_streams`` (SSE responses being sent), ``respgate_background_responses``
+  (background responses this process runs) and ``respgate_upstream_pool_waiting`` (upstream:
+  requests waiting for a connection now), sampled.
 
 What a request reports is appended to a list and moved into the metrics in batches
 (``GatewayMetrics.flush``): the hot path takes no lock and looks up no label set.
@@ -34,7 +38,7 @@ import collections
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -59,6 +63,7 @@ OTHER = "other"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60)
 TOOL_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+POOL_WAIT_BUCKETS = (0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled", "queued"})
 _TOOL_OUTCOMES = frozenset(
     {
@@ -135,8 +140,11 @@ def upstream_code(code: object) -> str | None:
 class GatewayMetrics:
     """The metric families of one application (see the module docstring)."""
 
-    def __init__(self, models: ModelLabels) -> None:
+    def __init__(self, models: ModelLabels, upstreams: Iterable[str] = ()) -> None:
         self.models = models
+        # The configured upstreams' names: the ``upstream`` label (their series exist from
+        # the start, at 0).
+        self.upstreams = frozenset(upstreams)
         self.multiprocess = multiprocess_dir() is not None
         if self.multiprocess and not getattr(values.ValueClass, "_multiprocess", False):
             # prometheus_client chose its value class when first imported; the directory may
@@ -195,6 +203,20 @@ class GatewayMetrics:
             ["code"],
             registry=r,
         )
+        self.pool_wait = Histogram(
+            "respgate_upstream_pool_wait_seconds",
+            "Time a request waited for a connection of the upstream's pool, the pool full.",
+            ["upstream"],
+            buckets=POOL_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.pool_waiting = Gauge(
+            "respgate_upstream_pool_waiting",
+            "Requests waiting for a connection of the upstream's pool (max_connections).",
+            ["upstream"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.open_streams = Gauge(
             "respgate_open_streams",
             "SSE responses being sent.",
@@ -209,12 +231,18 @@ class GatewayMetrics:
         )
         # How many background responses this process runs (``app.monitoring`` sets it).
         self.background_count: Callable[[], int] | None = None
+        # How many requests wait for a connection of each upstream's pool (``app.monitoring``).
+        self.pool_waiting_counts: Callable[[], Mapping[str, int]] | None = None
         self.streams = 0  # SSE responses being sent (the middleware counts; flush sets the gauge)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         # What the requests reported since the last flush (see ``flush``).
         self._requests: list[tuple[str, str, int, str, float]] = []
         self._responses: list[tuple[str, str, str, int, int]] = []
         self._first_tokens: list[tuple[str, float]] = []
+        self._pool_waits: list[tuple[str, float]] = []
+        for name in self.upstreams:
+            self._child(self.pool_wait, (name,))
+            self._child(self.pool_waiting, (name,)).set(0)
 
     # ------------------------------------------------------------------ recording
     # A request only appends a tuple to a list (no lock, no label lookup); ``flush`` moves the
@@ -255,6 +283,13 @@ class GatewayMetrics:
     def record_first_token(self, model: str, seconds: float) -> None:
         self._first_tokens.append((self.models.label(model), seconds))
 
+    def record_pool_wait(self, upstream: str, seconds: float) -> None:
+        """``core.ports.PoolWaitObserver``: a request waited for a pool connection."""
+        pending = self._pool_waits
+        pending.append((upstream if upstream in self.upstreams else OTHER, seconds))
+        if len(pending) >= MAX_PENDING:
+            self.flush()
+
     def _child(self, metric: Any, labels: tuple[str, ...]) -> Any:
         key = (id(metric), labels)
         child = self._children.get(key)
@@ -267,6 +302,7 @@ class GatewayMetrics:
         requests, self._requests = self._requests, []
         responses, self._responses = self._responses, []
         first_tokens, self._first_tokens = self._first_tokens, []
+        pool_waits, self._pool_waits = self._pool_waits, []
         counts: collections.Counter[tuple[str, ...]] = collections.Counter()
         for route, method, code, model, seconds in requests:
             counts[(route, method, str(code), model)] += 1
@@ -286,6 +322,13 @@ class GatewayMetrics:
                 self._child(self.tokens, labels).inc(count)
         for label, seconds in first_tokens:
             self._child(self.ttft, (label,)).observe(seconds)
+        for upstream, seconds in pool_waits:
+            self._child(self.pool_wait, (upstream,)).observe(seconds)
+        waiting = self.pool_waiting_counts
+        if waiting is not None:
+            for upstream, count in waiting().items():
+                if upstream in self.upstreams:
+                    self._child(self.pool_waiting, (upstream,)).set(count)
         self.open_streams.set(self.streams)
         running = self.background_count
         if running is not None:

@@ -64,6 +64,30 @@ class UpstreamCircuits(Protocol):
     def circuits(self) -> dict[str, CircuitReport]: ...
 
 
+@dataclass(frozen=True, slots=True)
+class PoolReport:
+    """One upstream's connection pool: its ``limit`` (``max_connections``; 0: none) and how
+    many requests wait for a connection now, the pool full."""
+
+    limit: int
+    waiting: int
+
+
+# Told the upstream's name and the seconds a request waited for a connection of its pool.
+PoolWaitObserver = Callable[[str, float], None]
+
+
+@runtime_checkable
+class UpstreamPools(Protocol):
+    """Upstreams with connection pools: each one's pool by name, and its waits as they end."""
+
+    def pools(self) -> dict[str, PoolReport]: ...
+
+    def watch_pool_waits(self, observer: PoolWaitObserver) -> Callable[[], None]:
+        """Call ``observer`` after every wait for a connection; returns what stops it."""
+        ...
+
+
 @runtime_checkable
 class StoreReadiness(Protocol):
     """A store that can say whether it can serve (``GET /ready``): a cheap round trip, bounded

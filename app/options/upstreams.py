@@ -19,6 +19,24 @@ from app.tools.hosted import HostedToolPolicy
 # settings do not import the adapters.
 UpstreamKind = Literal["responses", "chat"]
 
+# The connection pool of an upstream holds at most max_connections connections; a request past
+# them waits in the gateway for one to be released (app.upstream.pool). An inference server
+# queues the requests past its own batch (vLLM's max_num_seqs: 256, or 1024 on large GPUs in
+# recent versions; SGLang's max_running_requests, sized from the KV cache, often more), where
+# its scheduler sees them, so the gateway's pool must not be the narrower queue: 1024 is vLLM's
+# largest default. It also fits the descriptor budget: a stream holds one client connection
+# and one upstream connection, so one process at its default [server] max_connections (2048)
+# plus a full pool uses 3,072 descriptors, under the 4,096 the smallest common hard
+# open-files limit allows (the gateway raises its soft limit to the hard one,
+# app.connections). 0 means no limit (aiohttp's): then 2,048 streams need 4,096 descriptors
+# and more, so use it with `ulimit -n` well above twice [server] max_connections.
+DEFAULT_MAX_CONNECTIONS = 1024
+# A request that waited this long or longer for a pool connection logs a warning (at most one
+# line per upstream every 10 s, app.upstream.pool). A wait happens only when the pool is full;
+# one second is the time to first token of a loaded GPU server, so such a wait doubles what a
+# client sees before its first token, while the brief waits of a pool just filling do not log.
+DEFAULT_POOL_WAIT_WARN_SECONDS = 1.0
+
 
 class UpstreamConfig(BaseModel):
     """One inference server (``[[upstreams]]``), and which requests it serves."""
@@ -38,7 +56,10 @@ class UpstreamConfig(BaseModel):
     forward_client_key: bool = False
     connect_timeout: float = Field(default=10.0, gt=0)
     read_timeout: float = Field(default=600.0, gt=0)
-    max_connections: int = Field(default=256, ge=1)
+    # The pool's connections at most (0: no limit); see DEFAULT_MAX_CONNECTIONS above.
+    max_connections: int = Field(default=DEFAULT_MAX_CONNECTIONS, ge=0)
+    # A wait for a pool connection this long or longer (seconds) logs a warning; 0: every wait.
+    pool_wait_warn_seconds: float = Field(default=DEFAULT_POOL_WAIT_WARN_SECONDS, ge=0)
     # A request that never reached a working server (connection refused or reset, 502, 503) is
     # sent again up to ``retries`` times, after a random wait of up to retry_backoff_seconds *
     # 2**n (full jitter), or the wait the server's retry-after asks, unless it is longer than

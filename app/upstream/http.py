@@ -19,6 +19,7 @@ from app.core.ports import RawReply, RawStream
 from app.errors import UpstreamError, UpstreamEventTooLargeError, UpstreamHTTPError
 from app.net.http import decode_json_object, error_envelope, map_transport_error, release
 from app.protocol.json_types import JsonObject
+from app.upstream.pool import PoolWatch, pool_connector
 from app.upstream.retry import NO_RETRY, RetryPolicy, UpstreamGuard
 from app.upstream.sse import DEFAULT_MAX_EVENT_BYTES
 
@@ -27,6 +28,10 @@ logger = logging.getLogger(__name__)
 JSON_TYPE = "application/json"
 SSE_TYPE = "text/event-stream"
 
+# The pool's default limit (``max_connections``; see app/options/upstreams.py for why).
+DEFAULT_MAX_CONNECTIONS = 1024
+# A wait for a pool connection this long or longer logs a warning (``pool_wait_warn_seconds``).
+DEFAULT_POOL_WAIT_WARN_SECONDS = 1.0
 # Below the 5 s keep-alive timeout of the usual inference servers (see ``HttpUpstream.session``).
 KEEPALIVE_SECONDS = 3.0
 # The request id, OpenAI's organization and project; a trace context when tracing is on.
@@ -46,7 +51,12 @@ class HttpOptions(TypedDict, total=False):
     forward_client_key: bool
     connect_timeout: float
     read_timeout: float
+    # The upstream's name, in the pool's warnings and metrics (``pool``).
+    name: str
+    # The pool's connections at most; 0: no limit. A request past them waits for one.
     max_connections: int
+    # A wait for a connection this long or longer logs a warning (``pool.PoolWatch``).
+    pool_wait_warn_seconds: float
     # One SSE line or event, or one JSON answer ([limits] max_upstream_event_bytes).
     max_event_bytes: int
     # Retries of requests that never started, and the circuit breaker (``retry``); none: a
@@ -67,7 +77,11 @@ class HttpUpstream:
             connect=options.get("connect_timeout", 10.0),
             sock_read=options.get("read_timeout", 600.0),
         )
-        self._connector_limit = options.get("max_connections", 256)
+        self.pool = PoolWatch(
+            options.get("name", "upstream"),
+            limit=options.get("max_connections", DEFAULT_MAX_CONNECTIONS),
+            warn_after=options.get("pool_wait_warn_seconds", DEFAULT_POOL_WAIT_WARN_SECONDS),
+        )
         self.guard = options.get("guard") or UpstreamGuard(RetryPolicy(retries=0))
         self._session: aiohttp.ClientSession | None = None
 
@@ -78,9 +92,10 @@ class HttpUpstream:
             # keep-alive timeout closes it (uvicorn's, vLLM's and SGLang's: 5 s; aiohttp's
             # default is 15 s): a request written on a connection the server is closing at
             # that moment fails with a reset, a 502 for the client (the soak found it,
-            # tests/serving/test_soak.py).
-            connector = aiohttp.TCPConnector(
-                limit=self._connector_limit,
+            # tests/serving/test_soak.py). The pool's waits for a connection are traced
+            # (``pool.PoolWatch``).
+            connector = pool_connector(
+                self.pool,
                 ttl_dns_cache=300,
                 enable_cleanup_closed=False,
                 keepalive_timeout=KEEPALIVE_SECONDS,
@@ -94,6 +109,7 @@ class HttpUpstream:
         return self._session
 
     async def aclose(self) -> None:
+        self.pool.close()
         if self._session is not None:
             await self._session.close()
             self._session = None

@@ -12,7 +12,7 @@ import fnmatch
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,8 @@ from app.core.compaction import NativeCompactor
 from app.core.ports import (
     ChatCompletionsForwarder,
     CircuitReport,
+    PoolReport,
+    PoolWaitObserver,
     RawReply,
     RawStream,
     TokenCount,
@@ -207,6 +209,23 @@ class UpstreamRouter:
                 breaker = upstream.guard.breaker
                 reports[route.name] = CircuitReport(breaker.state.value, breaker.retry_after)
         return reports
+
+    def _pooled(self) -> list[tuple[str, HttpUpstream]]:
+        return [(r.name, r.upstream) for r in self.routes if isinstance(r.upstream, HttpUpstream)]
+
+    def pools(self) -> dict[str, PoolReport]:
+        """``core.ports.UpstreamPools``: each upstream's pool, by name."""
+        return {name: upstream.pool.report() for name, upstream in self._pooled()}
+
+    def watch_pool_waits(self, observer: PoolWaitObserver) -> Callable[[], None]:
+        """``core.ports.UpstreamPools``: ``observer`` hears every upstream's waits."""
+        stops = [upstream.pool.watch(observer) for _, upstream in self._pooled()]
+
+        def stop() -> None:
+            for each in stops:
+                each()
+
+        return stop
 
     async def aclose(self) -> None:
         for route in self.routes:

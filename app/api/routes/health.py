@@ -1,6 +1,7 @@
 """``GET /health`` (the process is alive: always 200 while it serves) and ``GET /ready`` (the
 upstreams answer, none has its circuit open (``app.upstream.breaker``), and the store can
-serve: 503 in the error envelope naming what is down)."""
+serve: 503 in the error envelope naming what is down; a 200 shows each upstream's circuit and
+its connection pool: the limit and the requests waiting for a connection)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,13 @@ from fastapi import APIRouter, Request
 from starlette.responses import JSONResponse
 
 from app.api.state import gateway_state
-from app.core.ports import ResponseStore, StoreReadiness, UpstreamCircuits, UpstreamReadiness
+from app.core.ports import (
+    ResponseStore,
+    StoreReadiness,
+    UpstreamCircuits,
+    UpstreamPools,
+    UpstreamReadiness,
+)
 from app.errors import NotReadyError
 
 router = APIRouter()
@@ -59,12 +66,17 @@ async def ready(request: Request) -> JSONResponse:
         raise NotReadyError(
             "; ".join(problems), code="not_ready" if upstream_down else "storage_unavailable"
         )
+    pools = upstream.pools() if isinstance(upstream, UpstreamPools) else {}
     return JSONResponse(
         {
             "status": "ready",
             "upstream": configs[0].url,
             "upstreams": {name: "ready" for name in answers},
             "circuits": {name: report.state for name, report in circuits.items()},
+            # Each upstream's connection pool: max_connections (0: no limit), requests waiting.
+            "pools": {
+                name: {"limit": pool.limit, "waiting": pool.waiting} for name, pool in pools.items()
+            },
             "store": "ready",
         }
     )
