@@ -11,8 +11,9 @@ fields read here have their types, so only the item and part objects' own fields
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from app.core.item_state import OutputItems
+from app.core.item_state import ItemSlot, OutputItems
 from app.core.jsoncopy import clone
 from app.core.response import normalize_part
 from app.protocol import events as ev
@@ -31,6 +32,10 @@ class ItemEvents:
 
     def __init__(self, items: OutputItems) -> None:
         self.items = items
+        # The last text delta's address and where it went: the next delta of the same part
+        # (nearly every event of a stream) skips the look-ups (``_on_text_delta``).
+        self._last_delta: _DeltaTarget | None = None
+        self._text_target: tuple[ItemSlot, int] = (ItemSlot(-1), -1)  # ``_text_event``'s last
 
     def handlers(self) -> dict[str, Handler]:
         """The handler of each upstream event type this class folds."""
@@ -137,8 +142,30 @@ class ItemEvents:
         return events
 
     def _on_text_delta(self, event: UpstreamEvent) -> list[StreamEvent]:
-        field, part, events, out = self._text_event(event)
         delta = event.get("delta", "")
+        key = (event["type"], event.get("item_id"), event.get("output_index"))
+        key_ci = event.get("content_index")
+        last = self._last_delta
+        if (
+            last is not None
+            and last.key == key
+            and last.content_index == key_ci
+            and last.slot.open
+            and last.position not in last.slot.part_done
+        ):
+            # The part the previous delta went to, still open: the same address.
+            out = _copy_event(event, event["type"])
+            out.update(last.address)
+            if last.logprobs and out.get("logprobs") is None:
+                out["logprobs"] = []
+            part = last.part
+            field = last.field
+            events: list[StreamEvent] = [out]
+        else:
+            field, part, events, out = self._text_event(event)
+            slot, position = self._text_target
+            address = {name: out[name] for name in _PART_ADDRESS}
+            self._last_delta = _DeltaTarget(key, key_ci, slot, position, address, part, field)
         part[field] = (part.get(field) or "") + delta
         out["delta"] = delta
         return events
@@ -167,6 +194,7 @@ class ItemEvents:
         if kind == "output_text" and out.get("logprobs") is None:
             out["logprobs"] = []
         events.append(out)
+        self._text_target = (slot, position)
         return ("refusal" if kind == "refusal" else "text"), part, events, out
 
     def _on_annotation(self, event: UpstreamEvent) -> list[StreamEvent]:
@@ -274,6 +302,35 @@ class ItemEvents:
         out["part"] = clone(summary[position])
         events.append(out)
         return events
+
+
+_PART_ADDRESS = ("item_id", "output_index", "content_index")
+
+
+class _DeltaTarget:
+    """Where a text delta went: its upstream address (``key``, ``content_index``), the slot,
+    the part's position, the client's address of it, the part and its text field."""
+
+    __slots__ = ("address", "content_index", "field", "key", "logprobs", "part", "position", "slot")
+
+    def __init__(
+        self,
+        key: tuple[Any, Any, Any],
+        content_index: Any,
+        slot: ItemSlot,
+        position: int,
+        address: JsonObject,
+        part: JsonObject,
+        field: str,
+    ) -> None:
+        self.key = key
+        self.content_index = content_index
+        self.slot = slot
+        self.position = position
+        self.address = address
+        self.part = part
+        self.field = field
+        self.logprobs = _delta_part_type(key[0]) == "output_text"
 
 
 def _copy_event(event: UpstreamEvent, kind: str) -> JsonObject:
