@@ -233,6 +233,7 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
     from starlette.routing import Route
 
     from app.api.sse import encode_event
+    from app.api.sse_response import EventStreamResponse
     from app.core.response import (
         ResponseOutcome,
         build_response,
@@ -305,11 +306,16 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
         await request.body()
         return EventSourceResponse(gen_frames(), ping=15, sep="\n")
 
+    async def star_own(request: Request) -> Response:
+        await request.body()
+        return EventStreamResponse(gen_frames(), ping=15)
+
     star = Starlette(
         routes=[
             Route("/json", star_ep, methods=["POST"]),
             Route("/stream", star_stream, methods=["POST"]),
             Route("/sse", star_sse, methods=["POST"]),
+            Route("/own", star_own, methods=["POST"]),
         ]
     )
     fast_route = FastAPI(docs_url=None, redoc_url=None)
@@ -428,6 +434,7 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
 
     for path, label in (
         ("/sse", "sse-starlette EventSourceResponse"),
+        ("/own", "the gateway's EventStreamResponse"),
         ("/stream", "Starlette StreamingResponse"),
     ):
         samples = sorted([await first_byte_star(path) for _ in range(n // 4)])
@@ -482,6 +489,10 @@ async def micro(shared: Path, n: int, repeats: int) -> list[tuple[str, float, st
     add(
         "  sse-starlette EventSourceResponse of the same frames (bare Starlette)",
         await timeit_async(lambda: call_asgi(star, "/sse", req), n // 4, repeats),
+    )
+    add(
+        "  the gateway's EventStreamResponse of the same frames (bare Starlette)",
+        await timeit_async(lambda: call_asgi(star, "/own", req), n // 4, repeats),
     )
     add(
         "  Starlette StreamingResponse of the same frames",

@@ -85,5 +85,5 @@ def test_a_client_gone_mid_tool_call_cancels_the_call(
         assert len(upstream.requests) == 1  # no round after the client left
     with sqlite3.connect(_isolated_data_dir / "respgate.db") as db:
         assert db.execute("SELECT count(*) FROM responses").fetchone()[0] == 0
-    if not stream:  # a stream's client goes after its start: sse-starlette saw it go
+    if not stream:  # a stream's client goes after its start: the SSE response saw it go
         assert len(gone_lines(caplog)) == 1
