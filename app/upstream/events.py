@@ -72,7 +72,10 @@ class UpstreamEvents:
                             yield event
                         if translator.done:
                             return
-                if not chunk or decoder.done:
+                if not chunk:
+                    break
+                if decoder.done:
+                    decoder.end()  # raises what a bad frame after the events above left
                     break
             if translator is not None:
                 for event in translator.finish():

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 
 import orjson
 
-from app.errors import UpstreamEventTooLargeError, UpstreamProtocolError
+from app.errors import UpstreamError, UpstreamEventTooLargeError, UpstreamProtocolError
 from app.protocol.events import STREAM_DONE
 from app.protocol.json_types import JsonObject
 
@@ -61,7 +61,16 @@ class SSEDecoder:
     ``data`` is joined with newlines.
     """
 
-    __slots__ = ("_data", "_data_size", "_max", "_name", "_partial", "_partial_size", "done")
+    __slots__ = (
+        "_data",
+        "_data_size",
+        "_error",
+        "_max",
+        "_name",
+        "_partial",
+        "_partial_size",
+        "done",
+    )
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_EVENT_BYTES) -> None:
         self._max = max_bytes
@@ -70,17 +79,44 @@ class SSEDecoder:
         self._name: bytes | None = None  # the frame's ``event:`` (decoded only when needed)
         self._data: list[bytes] = []  # the frame's ``data:`` lines
         self._data_size = 0
+        self._error: UpstreamError | None = None  # raised by the next call (``feed``)
         self.done = False
 
     def feed(self, chunk: bytes) -> list[JsonObject]:
+        """The events ``chunk`` completes. When a frame in it is bad (not JSON, too large), the
+        events before it come back first and the error is raised by the next call, as a
+        line-at-a-time parser would have it."""
+        return self._safely(self._feed, chunk)
+
+    def end(self) -> list[JsonObject]:
+        """The events the stream's last bytes complete."""
+        return self._safely(self._end, b"")
+
+    def _safely(
+        self, step: Callable[[bytes, list[JsonObject]], None], chunk: bytes
+    ) -> list[JsonObject]:
+        if self._error is not None:
+            raise self._error
         out: list[JsonObject] = []
-        if self.done or not chunk:
+        if self.done:
             return out
+        try:
+            step(chunk, out)
+        except UpstreamError as exc:
+            if not out:
+                raise
+            self._error = exc  # raised by the next call, once the events before it are out
+            self.done = True
+        return out
+
+    def _feed(self, chunk: bytes, out: list[JsonObject]) -> None:
+        if not chunk:
+            return
         if self._partial:
             end = chunk.find(b"\n")
             if end < 0:
                 self._grow_partial(chunk)
-                return out
+                return
             self._partial.append(chunk[:end])
             line = b"".join(self._partial)
             self._partial, self._partial_size = [], 0
@@ -88,27 +124,21 @@ class SSEDecoder:
                 raise UpstreamEventTooLargeError(self._max)
             self._lines([line], out)
             if self.done:
-                return out
+                return
             chunk = chunk[end + 1 :]
         lines = chunk.split(b"\n")
         tail = lines.pop()  # what follows the last newline: the start of a line
         self._lines(lines, out)
         if tail and not self.done:
             self._grow_partial(tail)
-        return out
 
-    def end(self) -> list[JsonObject]:
-        """The events the stream's last bytes complete."""
-        out: list[JsonObject] = []
-        if self.done:
-            return out
+    def _end(self, _: bytes, out: list[JsonObject]) -> None:
         if self._partial:
             line = b"".join(self._partial)
             self._partial, self._partial_size = [], 0
             self._lines([line], out)
         if self._data and not self.done:
             self._dispatch(out)
-        return out
 
     def _grow_partial(self, piece: bytes) -> None:
         self._partial_size += len(piece)
@@ -170,6 +200,7 @@ async def parse_sse_lines(
         for event in decoder.feed(chunk):
             yield event
         if decoder.done:
+            decoder.end()  # raises what a bad frame after the events above left
             return
     for event in decoder.end():
         yield event
