@@ -19,8 +19,10 @@ before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
 per event. Waiting is passed through untouched: the task waits on the iterator's own future,
-and a cancellation (the client gone, the drain's cut in ``app.api.drain``) is thrown into the
-iterator where it waits, exactly as if it were awaited directly.
+and a cancellation (the client gone, the drain's cut in ``app.api.drain``, the send timeout) is
+thrown into the iterator where it waits, exactly as if it were awaited directly; one that comes
+while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`), so the
+iterator is never left in the middle of a step, unable to be closed.
 
 **Timers.** One ``call_later`` handle per stream, re-armed every ``tick`` seconds, both
 sends the pings (from a short task, only when the stream is idle and not in a send) and ends a
@@ -56,17 +58,36 @@ class _Stop(Exception):
 class _Passed:
     """Awaitable that finishes a suspended ``__anext__`` step: what the step yields to the event
     loop is yielded on, and what the loop sends or throws back is passed to the step: the task
-    waits on the step's own future, as ``await step`` would (``yield from``)."""
+    waits on the step's own future, as ``await step`` would (``yield from``). ``throw``: an
+    exception thrown into the step first, where it waits (see :meth:`cancelled`)."""
 
-    __slots__ = ("_first", "_step")
+    __slots__ = ("_first", "_step", "_throw")
 
-    def __init__(self, step: Generator[Any, Any, bytes], first: Any) -> None:
+    def __init__(
+        self, step: Generator[Any, Any, bytes], first: Any, throw: BaseException | None = None
+    ) -> None:
         self._step = step
         self._first = first
+        self._throw = throw
+
+    def cancelled(self, exc: asyncio.CancelledError) -> _Passed:
+        """The rest of the step after a cancellation that came while the step was not awaited
+        (what was pending was being sent): delivered as ``Task.cancel`` delivers it, by
+        cancelling the future the step waits on, or else thrown in where the step waits."""
+        first = self._first
+        if asyncio.isfuture(first) and first.cancel():
+            return self
+        return _Passed(self._step, None, exc)
 
     def __await__(self) -> Generator[Any, Any, bytes]:
         step = self._step
-        value = self._first
+        if self._throw is None:
+            value = self._first
+        else:
+            try:
+                value = step.throw(self._throw)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
         while True:
             try:
                 sent = yield value
@@ -95,6 +116,16 @@ def _step(frames: AsyncIterator[bytes]) -> tuple[bytes | None, _Passed | None]:
     except StopAsyncIteration:
         raise _Stop from None
     return None, _Passed(step, first)
+
+
+async def _close_step(rest: _Passed) -> None:
+    """End a step left waiting when sending what was pending before it failed: it is cancelled
+    where it waits and run to its end (so that the iterator can be closed); what it makes or
+    raises is dropped (the send's failure is what ends the stream)."""
+    try:
+        await rest.cancelled(asyncio.CancelledError())
+    except BaseException:  # the send's failure is raised instead
+        logger.debug("an SSE stream's events failed as they were cancelled", exc_info=True)
 
 
 class EventStreamResponse(Response):
@@ -211,8 +242,17 @@ class _Sending:
                 break
             if rest is not None:
                 if pending:
-                    await self._write(b"".join(pending) if len(pending) > 1 else pending[0])
+                    body = b"".join(pending) if len(pending) > 1 else pending[0]
                     pending, size = [], 0
+                    try:
+                        await self._write(body)
+                    except asyncio.CancelledError as exc:
+                        # The iterator waits: the cancellation is its own, as if it came while
+                        # the iterator was awaited (it may end the stream with frames of its own).
+                        rest = rest.cancelled(exc)
+                    except BaseException:
+                        await _close_step(rest)
+                        raise
                 frame = await rest
             assert frame is not None
             pending.append(frame)
@@ -222,14 +262,18 @@ class _Sending:
                 pending, size = [], 0
         last = b"".join(pending)
         self._send_began = self._loop.time()
-        await self._send({"type": "http.response.body", "body": last, "more_body": False})
-        self._send_began = None
+        try:
+            await self._send({"type": "http.response.body", "body": last, "more_body": False})
+        finally:
+            self._send_began = None
         self._finished = True
 
     async def _write(self, body: bytes) -> None:
         self._send_began = self._loop.time()
-        await self._send({"type": "http.response.body", "body": body, "more_body": True})
-        self._send_began = None
+        try:
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+        finally:  # an interrupted send is not one under way (the send timeout's timer)
+            self._send_began = None
         self._writes += 1
 
     async def _close_frames(self) -> None:

@@ -573,3 +573,111 @@ def test_a_streamed_response_through_uvicorn_has_every_event_in_order_and_ends_w
     sent = stream_events(wire.decode())  # every frame whole, [DONE] last
     assert [e["type"] for e in sent] == [e.type for e in events]
     assert [e["sequence_number"] for e in sent] == list(range(len(sent)))
+
+
+# ------------------------------------------- a send interrupted while the iterator waits
+#
+# What is pending is sent just before the iterator waits, so the iterator is in the middle of
+# a step (its ``__anext__`` started and waiting) while that send is under way: whatever ends
+# the send must reach the iterator there, as it would if the iterator were awaited.
+
+
+def closing_failures(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "app.api.sse_response"]
+
+
+async def test_a_send_stalled_while_the_iterator_waits_cancels_and_closes_the_iterator(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    trace: list[str] = []
+    client = Client(trace)
+    client.stall = True
+    response = GatewayEventSource(one_then_wait(future(), trace), send_timeout=0.2)
+    await response(GET, client.receive, client.send)
+    assert trace == ["waits", "send a", "send cancelled", "cancelled where it waits", "closed"]
+    assert len(stalled_lines(caplog)) == 1
+    assert closing_failures(caplog) == []
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_a_client_gone_while_a_send_waits_cancels_and_closes_the_iterator(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    trace: list[str] = []
+    client = Client(trace)
+    client.stall = True
+    client.on_stall = client.disconnect
+    await EventStreamResponse(one_then_wait(future(), trace))(GET, client.receive, client.send)
+    assert trace == ["waits", "send a", "send cancelled", "cancelled where it waits", "closed"]
+    assert closing_failures(caplog) == []
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+
+
+async def test_a_stream_cut_while_a_send_waits_still_ends_with_the_closing_events(
+    cut_restored: None,
+) -> None:
+    trace: list[str] = []
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield created("resp_cut")
+            await wait_on(future(), trace)
+        finally:
+            trace.append("events closed")
+
+    client = Client(trace)
+    client.hold = future()  # the first write (response.created) waits on the client
+    task = serve(event_stream_response(events()), client)
+    await until(lambda: len(client.bodies) == 1)
+    assert OPEN_STREAMS.cut() == 1
+    await task
+    assert trace[:4] == ["waits", trace[1], "send cancelled", "cancelled where it waits"]
+    assert "events closed" in trace
+    # The interrupted write is the client's loss; the closing events and [DONE] follow it.
+    text = b"".join(m["body"] for m in client.bodies[1:]).decode()
+    assert [e["type"] for e in stream_events(text)] == ["error", "response.failed"]
+    assert client.bodies[-1]["more_body"] is False
+    assert not task.cancelled() and task.cancelling() == 0
+
+
+async def test_a_send_cancelled_while_the_iterator_is_at_a_bare_yield_cancels_it_there() -> None:
+    """``asyncio.sleep(0)`` waits on no future: the cancellation is thrown in where it waits."""
+    trace: list[str] = []
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            yield b"a"
+            trace.append("waits")
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                trace.append("cancelled where it waits")
+                raise
+            yield b"b"
+        finally:
+            trace.append("closed")
+
+    client = Client(trace)
+    client.stall = True
+    client.on_stall = client.disconnect
+    await EventStreamResponse(frames())(GET, client.receive, client.send)
+    assert trace == ["waits", "send a", "send cancelled", "cancelled where it waits", "closed"]
+
+
+async def test_a_send_failing_while_the_iterator_waits_raises_and_closes_the_iterator() -> None:
+    trace: list[str] = []
+    gate = future()
+
+    async def failing_send(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            raise RuntimeError("the send failed")
+
+    response = EventStreamResponse(one_then_wait(gate, trace))
+    with pytest.raises(RuntimeError, match="the send failed"):
+        await response(GET, Client().receive, failing_send)
+    assert trace == ["waits", "cancelled where it waits", "closed"]
+    assert gate.cancelled()
