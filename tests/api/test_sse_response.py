@@ -11,6 +11,7 @@ stream through a real uvicorn server, read with the openai SDK and as raw bytes 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -681,3 +682,27 @@ async def test_a_send_failing_while_the_iterator_waits_raises_and_closes_the_ite
         await response(GET, Client().receive, failing_send)
     assert trace == ["waits", "cancelled where it waits", "closed"]
     assert gate.cancelled()
+
+
+async def test_an_iterator_going_on_after_its_send_was_cancelled_is_not_taken_for_stalled() -> None:
+    """The interrupted send is not one under way: the send timeout does not count it."""
+    trace: list[str] = []
+    later = future()
+
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"a"
+        with contextlib.suppress(asyncio.CancelledError):  # ends the stream its own way
+            await wait_on(future(), trace)
+        await wait_on(later, trace)
+        yield b"b"
+
+    client = Client(trace)
+    client.hold = future()
+    task = serve(EventStreamResponse(frames(), send_timeout=0.2), client)
+    await until(lambda: "send a" in trace)
+    task.cancel()
+    await until(lambda: trace[-1] == "waits")
+    await asyncio.sleep(0.5)  # more than the send timeout, with no send under way
+    later.set_result(None)
+    await task
+    assert trace[-3:] == ["waits", "resumed", "send b, end"]
