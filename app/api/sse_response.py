@@ -105,8 +105,9 @@ class _Passed:
 
 def _step(frames: AsyncIterator[bytes]) -> tuple[bytes | None, _Passed | None]:
     """Start the next ``__anext__`` of ``frames``: ``(frame, None)`` when it produced a frame
-    without waiting, ``(None, rest)`` when it waits (``await rest`` gives the frame). Raises
-    ``_Stop`` at the end of the iterator, and whatever the iterator raises."""
+    without waiting, ``(None, rest)`` when it waits (``await rest`` gives the frame, or raises
+    ``StopAsyncIteration`` when the iterator ends after waiting). Raises ``_Stop`` at the end of
+    the iterator, and whatever the iterator raises."""
     step = frames.__anext__().__await__()
     try:
         first = step.send(None)
@@ -253,7 +254,10 @@ class _Sending:
                     except BaseException:
                         await _close_step(rest)
                         raise
-                frame = await rest
+                try:
+                    frame = await rest
+                except StopAsyncIteration:  # the iterator ended after it waited
+                    break
             assert frame is not None
             pending.append(frame)
             size += len(frame)

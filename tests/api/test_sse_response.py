@@ -25,7 +25,7 @@ from starlette.types import Message, Scope
 from app.api.drain import OPEN_STREAMS
 from app.api.sse import GatewayEventSource, event_stream_response
 from app.api.sse_response import FLUSH_BYTES, PING_FRAME, EventStreamResponse, StreamSendTimeout
-from tests.api.upstreams import build_upstream, serve_gateway, stream_events
+from tests.api.upstreams import build_upstream, parse_sse, serve_gateway, stream_events
 from tests.helpers import serve_in_thread
 
 GET: Scope = {"type": "http", "method": "GET", "path": "/v1/responses", "headers": []}
@@ -706,3 +706,52 @@ async def test_an_iterator_going_on_after_its_send_was_cancelled_is_not_taken_fo
     later.set_result(None)
     await task
     assert trace[-3:] == ["waits", "resumed", "send b, end"]
+
+
+# ---------------------------------------------------------------- an end after a wait
+
+
+async def test_an_iterator_that_ends_after_a_wait_ends_the_body() -> None:
+    """The end of the iterator (``StopAsyncIteration``) can come after it waited: e.g. closing
+    its upstream in its ``finally`` after the last frame, or a rate limit's charge."""
+    trace: list[str] = []
+    gate = future()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            yield b"a"
+            await wait_on(gate, trace)
+        finally:
+            trace.append("closed")
+
+    client = Client(trace)
+    task = serve(EventStreamResponse(frames()), client)
+    await until(lambda: "send a" in trace)
+    gate.set_result(None)
+    await task
+    assert trace == ["waits", "send a", "resumed", "closed", "send , end"]
+
+
+async def test_a_background_stream_cut_by_the_drain_ends_without_closing_events(
+    cut_restored: None,
+) -> None:
+    """Its job goes on in another gateway (``app.api.drain``): the stream just ends, here after
+    its events' ``finally`` waited (closing the upstream)."""
+    trace: list[str] = []
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield created("resp_background", background=True)
+            await wait_on(future(), trace)
+        finally:
+            await asyncio.sleep(0)
+            trace.append("events closed")
+
+    client = Client(trace)
+    task = serve(event_stream_response(events()), client)
+    await until(lambda: len(client.bodies) == 1)
+    assert OPEN_STREAMS.cut() == 1
+    await task
+    assert trace[2:] == ["cancelled where it waits", "events closed", "send , end"]
+    assert [frame.event for frame in parse_sse(client.body().decode())] == ["response.created"]
+    assert not task.cancelled() and task.cancelling() == 0
