@@ -15,7 +15,8 @@ scope, a lock and an ASGI message per event). What it keeps of it, each covered 
 
 **Coalescing.** The frames iterator is stepped by hand (:func:`_step`): a frame it produces
 without waiting joins the ones pending, and what is pending is sent, in one ASGI message, just
-before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending.
+before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending;
+at the end, in the last message, and before an exception of the iterator propagates.
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
 per event. Waiting is passed through untouched: the task waits on the iterator's own future,
@@ -241,6 +242,10 @@ class _Sending:
                 frame, rest = _step(frames)
             except _Stop:
                 break
+            except Exception:
+                if pending:  # what the iterator made before it failed goes out first
+                    await self._write(b"".join(pending))
+                raise
             if rest is not None:
                 if pending:
                     body = b"".join(pending) if len(pending) > 1 else pending[0]

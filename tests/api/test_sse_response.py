@@ -755,3 +755,27 @@ async def test_a_background_stream_cut_by_the_drain_ends_without_closing_events(
     assert trace[2:] == ["cancelled where it waits", "events closed", "send , end"]
     assert [frame.event for frame in parse_sse(client.body().decode())] == ["response.created"]
     assert not task.cancelled() and task.cancelling() == 0
+
+
+async def test_frames_made_before_an_exception_are_sent_before_it_propagates() -> None:
+    trace: list[str] = []
+    gate = future()
+
+    async def frames() -> AsyncIterator[bytes]:
+        try:
+            yield b"a"
+            await wait_on(gate, trace)
+            yield b"b"
+            yield b"c"
+            raise RuntimeError("the frames failed")
+        finally:
+            trace.append("closed")
+
+    client = Client(trace)
+    task = serve(EventStreamResponse(frames()), client)
+    await until(lambda: "send a" in trace)
+    gate.set_result(None)
+    with pytest.raises(RuntimeError, match="the frames failed"):
+        await task
+    assert trace == ["waits", "send a", "resumed", "closed", "send bc"]
+    assert all(m["more_body"] for m in client.bodies)  # the body is not ended
