@@ -174,8 +174,8 @@ class _Sending:
     """One stream being sent (see the module docstring)."""
 
     __slots__ = (
+        "_cancels",
         "_finished",
-        "_gone",
         "_idle_ticks",
         "_loop",
         "_pinging",
@@ -209,8 +209,8 @@ class _Sending:
         self._send_began: float | None = None  # loop time of the send under way
         self._pinging = False
         self._stalled = False
-        self._gone = False
         self._finished = False  # the last message is sent
+        self._cancels = 0  # the stream's task cancelled by the response itself (gone, stalled)
 
     async def run(self, start: Message, receive: Receive) -> None:
         self._task = asyncio.current_task()
@@ -221,9 +221,13 @@ class _Sending:
         try:
             await self._pump()
         except asyncio.CancelledError:
-            if not (self._gone or self._stalled) or self._task is None:
+            task = self._task
+            if not self._cancels or task is None:
                 raise
-            if self._task.uncancel() > 0:
+            # The client gone and the send timeout can both have cancelled (in one pass).
+            for _ in range(self._cancels - 1):
+                task.uncancel()
+            if task.uncancel() > 0:
                 raise  # cancelled for another reason too
             if self._stalled:
                 raise StreamSendTimeout from None
@@ -301,7 +305,7 @@ class _Sending:
             if message["type"] == "http.disconnect":
                 break
         if self._task is not None and not self._finished and not self._task.done():
-            self._gone = True
+            self._cancels += 1
             self._task.cancel()
 
     def _on_tick(self) -> None:
@@ -312,6 +316,7 @@ class _Sending:
             if timeout is not None and loop.time() - began >= timeout and not self._stalled:
                 self._stalled = True
                 if self._task is not None:
+                    self._cancels += 1
                     self._task.cancel()
                 return
         elif self.ping:

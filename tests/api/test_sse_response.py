@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -779,3 +780,31 @@ async def test_frames_made_before_an_exception_are_sent_before_it_propagates() -
         await task
     assert trace == ["waits", "send a", "resumed", "closed", "send bc"]
     assert all(m["more_body"] for m in client.bodies)  # the body is not ended
+
+
+async def test_a_client_gone_as_its_send_times_out_ends_the_stream_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The disconnect and the send timeout's timer handled in one pass of the loop: both cancel
+    the stream's task, both for the response's own reasons, so it ends as a send timeout (one
+    line), not with a CancelledError and its task left cancelled."""
+    caplog.set_level(logging.WARNING, logger="app.api.sse")
+    trace: list[str] = []
+    client = Client(trace)
+    client.stall = True
+    loop = asyncio.get_running_loop()
+
+    def block_the_loop() -> None:
+        client.disconnect()
+        time.sleep(0.3)  # past the send timeout: the disconnect and the timer come together
+
+    def on_stall() -> None:
+        loop.call_soon(block_the_loop)
+
+    client.on_stall = on_stall
+    response = GatewayEventSource(one_then_wait(future(), trace), send_timeout=0.2)
+    await response(GET, client.receive, client.send)
+    assert trace == ["waits", "send a", "send cancelled", "cancelled where it waits", "closed"]
+    assert len(stalled_lines(caplog)) == 1
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
