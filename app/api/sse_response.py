@@ -15,12 +15,15 @@ scope, a lock and an ASGI message per event). What it keeps of it, each covered 
 
 **Coalescing.** The frames iterator is stepped by hand (:func:`_step`): a frame it produces
 without waiting joins the ones pending, and what is pending is sent, in one ASGI message, just
-before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending.
+before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending;
+at the end, in the last message, and before an exception of the iterator propagates.
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
 per event. Waiting is passed through untouched: the task waits on the iterator's own future,
-and a cancellation (the client gone, the drain's cut in ``app.api.drain``) is thrown into the
-iterator where it waits, exactly as if it were awaited directly.
+and a cancellation (the client gone, the drain's cut in ``app.api.drain``, the send timeout) is
+thrown into the iterator where it waits, exactly as if it were awaited directly; one that comes
+while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`), so the
+iterator is never left in the middle of a step, unable to be closed.
 
 **Timers.** One ``call_later`` handle per stream, re-armed every ``tick`` seconds, both
 sends the pings (from a short task, only when the stream is idle and not in a send) and ends a
@@ -56,17 +59,36 @@ class _Stop(Exception):
 class _Passed:
     """Awaitable that finishes a suspended ``__anext__`` step: what the step yields to the event
     loop is yielded on, and what the loop sends or throws back is passed to the step: the task
-    waits on the step's own future, as ``await step`` would (``yield from``)."""
+    waits on the step's own future, as ``await step`` would (``yield from``). ``throw``: an
+    exception thrown into the step first, where it waits (see :meth:`cancelled`)."""
 
-    __slots__ = ("_first", "_step")
+    __slots__ = ("_first", "_step", "_throw")
 
-    def __init__(self, step: Generator[Any, Any, bytes], first: Any) -> None:
+    def __init__(
+        self, step: Generator[Any, Any, bytes], first: Any, throw: BaseException | None = None
+    ) -> None:
         self._step = step
         self._first = first
+        self._throw = throw
+
+    def cancelled(self, exc: asyncio.CancelledError) -> _Passed:
+        """The rest of the step after a cancellation that came while the step was not awaited
+        (what was pending was being sent): delivered as ``Task.cancel`` delivers it, by
+        cancelling the future the step waits on, or else thrown in where the step waits."""
+        first = self._first
+        if asyncio.isfuture(first) and first.cancel():
+            return self
+        return _Passed(self._step, None, exc)
 
     def __await__(self) -> Generator[Any, Any, bytes]:
         step = self._step
-        value = self._first
+        if self._throw is None:
+            value = self._first
+        else:
+            try:
+                value = step.throw(self._throw)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
         while True:
             try:
                 sent = yield value
@@ -84,8 +106,9 @@ class _Passed:
 
 def _step(frames: AsyncIterator[bytes]) -> tuple[bytes | None, _Passed | None]:
     """Start the next ``__anext__`` of ``frames``: ``(frame, None)`` when it produced a frame
-    without waiting, ``(None, rest)`` when it waits (``await rest`` gives the frame). Raises
-    ``_Stop`` at the end of the iterator, and whatever the iterator raises."""
+    without waiting, ``(None, rest)`` when it waits (``await rest`` gives the frame, or raises
+    ``StopAsyncIteration`` when the iterator ends after waiting). Raises ``_Stop`` at the end of
+    the iterator, and whatever the iterator raises."""
     step = frames.__anext__().__await__()
     try:
         first = step.send(None)
@@ -95,6 +118,16 @@ def _step(frames: AsyncIterator[bytes]) -> tuple[bytes | None, _Passed | None]:
     except StopAsyncIteration:
         raise _Stop from None
     return None, _Passed(step, first)
+
+
+async def _close_step(rest: _Passed) -> None:
+    """End a step left waiting when sending what was pending before it failed: it is cancelled
+    where it waits and run to its end (so that the iterator can be closed); what it makes or
+    raises is dropped (the send's failure is what ends the stream)."""
+    try:
+        await rest.cancelled(asyncio.CancelledError())
+    except BaseException:  # the send's failure is raised instead
+        logger.debug("an SSE stream's events failed as they were cancelled", exc_info=True)
 
 
 class EventStreamResponse(Response):
@@ -141,8 +174,8 @@ class _Sending:
     """One stream being sent (see the module docstring)."""
 
     __slots__ = (
+        "_cancels",
         "_finished",
-        "_gone",
         "_idle_ticks",
         "_loop",
         "_pinging",
@@ -176,8 +209,8 @@ class _Sending:
         self._send_began: float | None = None  # loop time of the send under way
         self._pinging = False
         self._stalled = False
-        self._gone = False
         self._finished = False  # the last message is sent
+        self._cancels = 0  # the stream's task cancelled by the response itself (gone, stalled)
 
     async def run(self, start: Message, receive: Receive) -> None:
         self._task = asyncio.current_task()
@@ -188,9 +221,13 @@ class _Sending:
         try:
             await self._pump()
         except asyncio.CancelledError:
-            if not (self._gone or self._stalled) or self._task is None:
+            task = self._task
+            if not self._cancels or task is None:
                 raise
-            if self._task.uncancel() > 0:
+            # The client gone and the send timeout can both have cancelled (in one pass).
+            for _ in range(self._cancels - 1):
+                task.uncancel()
+            if task.uncancel() > 0:
                 raise  # cancelled for another reason too
             if self._stalled:
                 raise StreamSendTimeout from None
@@ -209,11 +246,27 @@ class _Sending:
                 frame, rest = _step(frames)
             except _Stop:
                 break
+            except Exception:
+                if pending:  # what the iterator made before it failed goes out first
+                    await self._write(b"".join(pending))
+                raise
             if rest is not None:
                 if pending:
-                    await self._write(b"".join(pending) if len(pending) > 1 else pending[0])
+                    body = b"".join(pending) if len(pending) > 1 else pending[0]
                     pending, size = [], 0
-                frame = await rest
+                    try:
+                        await self._write(body)
+                    except asyncio.CancelledError as exc:
+                        # The iterator waits: the cancellation is its own, as if it came while
+                        # the iterator was awaited (it may end the stream with frames of its own).
+                        rest = rest.cancelled(exc)
+                    except BaseException:
+                        await _close_step(rest)
+                        raise
+                try:
+                    frame = await rest
+                except StopAsyncIteration:  # the iterator ended after it waited
+                    break
             assert frame is not None
             pending.append(frame)
             size += len(frame)
@@ -222,14 +275,18 @@ class _Sending:
                 pending, size = [], 0
         last = b"".join(pending)
         self._send_began = self._loop.time()
-        await self._send({"type": "http.response.body", "body": last, "more_body": False})
-        self._send_began = None
+        try:
+            await self._send({"type": "http.response.body", "body": last, "more_body": False})
+        finally:
+            self._send_began = None
         self._finished = True
 
     async def _write(self, body: bytes) -> None:
         self._send_began = self._loop.time()
-        await self._send({"type": "http.response.body", "body": body, "more_body": True})
-        self._send_began = None
+        try:
+            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+        finally:  # an interrupted send is not one under way (the send timeout's timer)
+            self._send_began = None
         self._writes += 1
 
     async def _close_frames(self) -> None:
@@ -248,7 +305,7 @@ class _Sending:
             if message["type"] == "http.disconnect":
                 break
         if self._task is not None and not self._finished and not self._task.done():
-            self._gone = True
+            self._cancels += 1
             self._task.cancel()
 
     def _on_tick(self) -> None:
@@ -259,6 +316,7 @@ class _Sending:
             if timeout is not None and loop.time() - began >= timeout and not self._stalled:
                 self._stalled = True
                 if self._task is not None:
+                    self._cancels += 1
                     self._task.cancel()
                 return
         elif self.ping:
