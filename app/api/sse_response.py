@@ -19,11 +19,11 @@ before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`
 at the end, in the last message, and before an exception of the iterator propagates.
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
-per event. Waiting is passed through untouched: the task waits on the iterator's own future,
-and a cancellation (the client gone, the drain's cut in ``app.api.drain``, the send timeout) is
-thrown into the iterator where it waits, exactly as if it were awaited directly; one that comes
-while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`), so the
-iterator is never left in the middle of a step, unable to be closed.
+per event. Waiting is passed through untouched: the task waits on the iterator's own
+future, and a cancellation (the client gone, the drain's cut in ``app.api.drain``, the send
+timeout) is thrown into the iterator where it waits, exactly as if it were awaited directly; one
+that comes while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`),
+so the iterator is never left in the middle of a step, unable to be closed.
 
 **Timers.** One ``call_later`` handle per stream, re-armed every ``tick`` seconds, both
 sends the pings (from a short task, only when the stream is idle and not in a send) and ends a
