@@ -175,10 +175,11 @@ class _Sending:
 
     __slots__ = (
         "_cancels",
+        "_closing",
         "_finished",
         "_idle_ticks",
         "_loop",
-        "_pinging",
+        "_ping_task",
         "_send",
         "_send_began",
         "_stalled",
@@ -207,7 +208,8 @@ class _Sending:
         self._writes_seen = 0
         self._idle_ticks = 0
         self._send_began: float | None = None  # loop time of the send under way
-        self._pinging = False
+        self._ping_task: asyncio.Task[None] | None = None
+        self._closing = False  # the last message is being sent
         self._stalled = False
         self._finished = False  # the last message is sent
         self._cancels = 0  # the stream's task cancelled by the response itself (gone, stalled)
@@ -234,6 +236,8 @@ class _Sending:
         finally:
             if self._timer is not None:
                 self._timer.cancel()
+            if self._ping_task is not None:
+                self._ping_task.cancel()
             watcher.cancel()
             await self._close_frames()
 
@@ -274,6 +278,7 @@ class _Sending:
                 await self._write(b"".join(pending))
                 pending, size = [], 0
         last = b"".join(pending)
+        self._closing = True  # no ping after (or racing) the last message
         self._send_began = self._loop.time()
         try:
             await self._send({"type": "http.response.body", "body": last, "more_body": False})
@@ -300,10 +305,14 @@ class _Sending:
 
     async def _watch(self, receive: Receive) -> None:
         """Cancel the stream when the client goes (``http.disconnect``)."""
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    break
+        except Exception:  # a server's receive that fails: the stream's own send will tell
+            logger.debug("watching an SSE stream's client failed", exc_info=True)
+            return
         if self._task is not None and not self._finished and not self._task.done():
             self._cancels += 1
             self._task.cancel()
@@ -322,22 +331,20 @@ class _Sending:
         elif self.ping:
             if self._writes == self._writes_seen:
                 self._idle_ticks += 1
-                if self._idle_ticks * self.tick >= self.ping and not self._pinging:
+                pinging = self._ping_task is not None and not self._ping_task.done()
+                if self._idle_ticks * self.tick >= self.ping and not pinging:
                     self._idle_ticks = 0
-                    self._pinging = True
-                    loop.create_task(self._send_ping())
+                    self._ping_task = loop.create_task(self._send_ping())
             else:
                 self._idle_ticks = 0
         self._writes_seen = self._writes
         self._timer = loop.call_later(self.tick, self._on_tick)
 
     async def _send_ping(self) -> None:
+        if self._closing:
+            return
         try:
-            if self._finished:
-                return
             await self._send({"type": "http.response.body", "body": PING_FRAME, "more_body": True})
             self._writes += 1
         except Exception:  # the stream's own send reports a broken connection
             logger.debug("an SSE ping could not be sent", exc_info=True)
-        finally:
-            self._pinging = False
