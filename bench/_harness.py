@@ -255,23 +255,36 @@ def rss_kb(pid: int, key: str = "VmRSS") -> int:
     return 0
 
 
-class RssSampler:
-    """Samples the summed VmRSS of a server's processes every ``interval`` s in a thread."""
+class ProcSampler:
+    """Samples a server's processes every ``interval`` s in a thread: the peak of their summed
+    VmRSS, and (monotonic time, CPU seconds) pairs for the CPU used in a part of the run."""
 
     def __init__(self, server: Server, interval: float = 0.05) -> None:
         self.server = server
         self.interval = interval
         self.peak_kb = 0
+        self.cpu: list[tuple[float, float]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while True:
-            self.peak_kb = max(self.peak_kb, sum(rss_kb(p) for p in self.server.pids()))
+            pids = self.server.pids()
+            self.peak_kb = max(self.peak_kb, sum(rss_kb(p) for p in pids))
+            with contextlib.suppress(OSError):
+                self.cpu.append((time.monotonic(), sum(cpu_seconds(p) for p in pids)))
             if self._stop.wait(self.interval):
                 return
 
-    def __enter__(self) -> RssSampler:
+    def cpu_pct(self, start: float, end: float) -> float | None:
+        """CPU used between two monotonic times (the nearest samples inside), % of one core."""
+        inside = [(t, c) for t, c in self.cpu if start <= t <= end]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return (c1 - c0) / (t1 - t0) * 100
+
+    def __enter__(self) -> ProcSampler:
         self._thread.start()
         return self
 
@@ -378,7 +391,8 @@ def run_paced_load(
 ) -> dict[str, Any]:
     """One bench/paced.py run (a subprocess) against ``url``; adds what ``server`` (the one
     the client talks to) used during it: ``server_cpu_s``, ``server_cpu_us_per_event`` (over
-    every event the client received), ``server_cpu_pct`` (of one core), ``server_rss_peak_mb``
+    every event the client received), ``server_cpu_pct`` (of one core; ``_window``: in the
+    client's measuring window alone, from samples every 50 ms), ``server_rss_peak_mb``
     (VmRSS sampled every 50 ms) and ``server_hwm_mb`` (VmHWM: the peak since it started);
     ``others_cpu_pct`` per other server, and ``bg_cpu_pct`` as in :func:`run_load`."""
     cmd = [
@@ -408,9 +422,10 @@ def run_paced_load(
     kids0 = os.times()
     sys0 = system_busy_seconds()
     wall0 = time.monotonic()
-    with RssSampler(server) as rss:
+    with ProcSampler(server) as sampler:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 600)
-    wall = time.monotonic() - wall0
+        ended = time.monotonic()
+    wall = ended - wall0
     sys1 = system_busy_seconds()
     kids1 = os.times()
     used = [s.cpu() - b for s, b in zip(watched, before, strict=True)]
@@ -425,7 +440,11 @@ def run_paced_load(
     result["server_cpu_s"] = round(used[0], 3)
     result["server_cpu_pct"] = round(used[0] / wall * 100, 1)
     result["server_cpu_us_per_event"] = round(used[0] / max(result["events"], 1) * 1e6, 1)
-    result["server_rss_peak_mb"] = round(rss.peak_kb / 1024, 1)
+    # The client's measuring window, placed from its end: it started wall_s before it ended.
+    started = ended - float(result["wall_s"])
+    window_pct = sampler.cpu_pct(started + float(result["window_start_s"]), started + duration)
+    result["server_cpu_pct_window"] = None if window_pct is None else round(window_pct, 1)
+    result["server_rss_peak_mb"] = round(sampler.peak_kb / 1024, 1)
     result["server_hwm_mb"] = round(sum(rss_kb(p, "VmHWM") for p in server.pids()) / 1024, 1)
     result["others_cpu_pct"] = {
         s.name: round(u / wall * 100, 1) for s, u in zip(others, used[1:], strict=True)

@@ -334,6 +334,7 @@ def summarize(
         "streams": streams,
         "pace_ms": pace_ms,
         "window_s": round(span, 3),
+        "window_start_s": round(lo - start, 3),
         "wall_s": round(end - start, 3),
         "events": events_total,
         "events_in_window": in_window,

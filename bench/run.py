@@ -157,6 +157,7 @@ def paced_row(direct_runs: list[dict[str, Any]], gw_runs: list[dict[str, Any]]) 
         "gateway_gap_max_ms": med(gw_runs, "gap_ms", "max"),
         "gateway_cpu_us_per_event": med(gw_runs, "server_cpu_us_per_event"),
         "gateway_cpu_pct": med(gw_runs, "server_cpu_pct"),
+        "gateway_cpu_pct_window": med(gw_runs, "server_cpu_pct_window"),
         "gateway_rss_peak_mb": worst(gw_runs, "server_rss_peak_mb"),
         "mock_cpu_pct_direct": med(direct_runs, "server_cpu_pct"),
         # The gateway's own CPU while the direct run goes on: its periodic work when idle.
@@ -199,7 +200,7 @@ def paced_table(rows: dict[tuple[float, int], dict[str, Any]]) -> str:
         "| pace ms | streams | nominal ev/s | direct ev/s | gateway ev/s | gw/direct "
         "| first event p50 ms direct / gw | first event p99 ms direct / gw "
         "| gap p99 ms direct / gw | **added gap p99 ms** | max gap ms direct / gw "
-        "| **added stall ms** | gw CPU µs/event | gw CPU % (idle) | gw peak RSS MB "
+        "| **added stall ms** | gw CPU µs/event | gw CPU % in window (idle) | gw peak RSS MB "
         "| mock CPU % (direct) | client CPU % (max) | streams done direct / gw | errors "
         "| bg CPU % (max) | target |\n" + "|---" * 21 + "|"
     )
@@ -214,7 +215,7 @@ def paced_table(rows: dict[tuple[float, int], dict[str, Any]]) -> str:
             f"| **{fmt(row['added_gap_p99_ms'], 2)}** "
             f"| {fmt(row['direct_gap_max_ms'], 1)} / {fmt(row['gateway_gap_max_ms'], 1)} "
             f"| **{fmt(row['added_stall_ms'], 1)}** | {fmt(row['gateway_cpu_us_per_event'], 1)} "
-            f"| {fmt(row['gateway_cpu_pct'], 0)} ({fmt(row['gateway_idle_cpu_pct'], 1)}) "
+            f"| {fmt(row['gateway_cpu_pct_window'], 0)} ({fmt(row['gateway_idle_cpu_pct'], 1)}) "
             f"| {fmt(row['gateway_rss_peak_mb'], 0)} "
             f"| {fmt(row['mock_cpu_pct_direct'], 0)} | {fmt(row['client_cpu_pct_max'], 0)} "
             f"| {fmt(row['direct_streams_completed'], 0)} / "
@@ -222,6 +223,20 @@ def paced_table(rows: dict[tuple[float, int], dict[str, Any]]) -> str:
             f"| {fmt(row['bg_cpu_pct_max'], 0)} | {paced_verdict((pace, n), row)} |"
         )
     return "\n".join(lines)
+
+
+def paced_line(res: dict[str, Any]) -> str:
+    first, gap = res["first_event_ms"], res["gap_ms"]
+    return (
+        f"{res['events_per_s']:>9,.0f} ev/s (nominal {res['nominal_events_per_s']:,.0f})  "
+        f"first p50/p99 {first['p50']}/{first['p99']} ms  "
+        f"gap p50/p99/max {gap['p50']}/{gap['p99']}/{gap['max']} ms  "
+        f"{res['server']} CPU {res['server_cpu_us_per_event']} µs/ev, "
+        f"{res['server_cpu_pct_window']}% in window  RSS {res['server_rss_peak_mb']} MB  "
+        f"client CPU {res['client_cpu_pct']}%  done "
+        f"{res['streams_completed']}/{res['streams_started']}  errors {res['errors']}  "
+        f"bg CPU {res['bg_cpu_pct']}%"
+    )
 
 
 def paced_main(args: argparse.Namespace, provenance: dict[str, Any]) -> int:
@@ -299,16 +314,7 @@ def paced_main(args: argparse.Namespace, provenance: dict[str, Any]) -> int:
                         raw.setdefault(f"{target}-p{pace:g}-n{n}", []).append(res)
                         print(
                             f"  round {rnd + 1}/{rounds} pace {pace:g} ms n={n:<4d} {target:7s} "
-                            f"{res['events_per_s']:>9,.0f} ev/s (nominal "
-                            f"{res['nominal_events_per_s']:,.0f})  first p50/p99 "
-                            f"{res['first_event_ms']['p50']}/{res['first_event_ms']['p99']} ms  "
-                            f"gap p50/p99/max {res['gap_ms']['p50']}/{res['gap_ms']['p99']}/"
-                            f"{res['gap_ms']['max']} ms  {server.name} CPU "
-                            f"{res['server_cpu_us_per_event']} µs/ev "
-                            f"{res['server_cpu_pct']}%  RSS {res['server_rss_peak_mb']} MB  "
-                            f"client CPU {res['client_cpu_pct']}%  done "
-                            f"{res['streams_completed']}/{res['streams_started']}  "
-                            f"errors {res['errors']}  bg CPU {res['bg_cpu_pct']}%",
+                            + paced_line(res),
                             flush=True,
                         )
                         time.sleep(0.5)  # let the closed streams' work finish
