@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -231,11 +232,65 @@ def running(servers: Sequence[Server]) -> Iterator[Path]:
             server.stop()
 
 
-def mock_server(shared_bench: Path, port: int, cpus: str | None) -> Server:
+def mock_server(
+    shared_bench: Path, port: int, cpus: str | None, extra: Sequence[str] = ()
+) -> Server:
+    """The shared mock upstream; ``extra``: more of its options (``--delay-ms 20``...)."""
     script = shared_bench / "mock_upstream.py"
     if not script.is_file():
         raise SystemExit(f"mock upstream not found: {script} (use --shared-bench DIR)")
-    return Server("mock", [sys.executable, str(script), "--port", str(port)], port, cpus=cpus)
+    cmd = [sys.executable, str(script), "--port", str(port), *extra]
+    return Server("mock", cmd, port, cpus=cpus)
+
+
+def rss_kb(pid: int, key: str = "VmRSS") -> int:
+    """One line of /proc/PID/status in kB (VmRSS now, VmHWM the peak since start); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class ProcSampler:
+    """Samples a server's processes every ``interval`` s in a thread: the peak of their summed
+    VmRSS, and (monotonic time, CPU seconds) pairs for the CPU used in a part of the run."""
+
+    def __init__(self, server: Server, interval: float = 0.05) -> None:
+        self.server = server
+        self.interval = interval
+        self.peak_kb = 0
+        self.cpu: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while True:
+            pids = self.server.pids()
+            self.peak_kb = max(self.peak_kb, sum(rss_kb(p) for p in pids))
+            with contextlib.suppress(OSError):
+                self.cpu.append((time.monotonic(), sum(cpu_seconds(p) for p in pids)))
+            if self._stop.wait(self.interval):
+                return
+
+    def cpu_pct(self, start: float, end: float) -> float | None:
+        """CPU used between two monotonic times (the nearest samples inside), % of one core."""
+        inside = [(t, c) for t, c in self.cpu if start <= t <= end]
+        if len(inside) < 2 or inside[-1][0] <= inside[0][0]:
+            return None
+        (t0, c0), (t1, c1) = inside[0], inside[-1]
+        return (c1 - c0) / (t1 - t0) * 100
+
+    def __enter__(self) -> ProcSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def run_load(
@@ -313,6 +368,87 @@ def run_load(
             result["server_other_threads_cpu_us_per_req"] = round(
                 max(cpu1 - cpu0 - main, 0.0) / max(served, 1) * 1e6, 1
             )
+    if result.get("errors"):
+        print(
+            f"  !! {result['errors']} errors on {url}: {result.get('first_error')}", file=sys.stderr
+        )
+    return result
+
+
+def run_paced_load(
+    url: str,
+    *,
+    streams: int,
+    pace_ms: float,
+    duration: float,
+    body: dict[str, Any],
+    server: Server,
+    others: Sequence[Server] = (),
+    cpus: str | None = None,
+    warmup_s: float = 1.0,
+    expected_events: int | None = None,
+    headers: Sequence[str] = (),
+) -> dict[str, Any]:
+    """One bench/paced.py run (a subprocess) against ``url``; adds what ``server`` (the one
+    the client talks to) used during it: ``server_cpu_s``, ``server_cpu_us_per_event`` (over
+    every event the client received), ``server_cpu_pct`` (of one core; ``_window``: in the
+    client's measuring window alone, from samples every 50 ms), ``server_rss_peak_mb``
+    (VmRSS sampled every 50 ms) and ``server_hwm_mb`` (VmHWM: the peak since it started);
+    ``others_cpu_pct`` per other server, and ``bg_cpu_pct`` as in :func:`run_load`."""
+    cmd = [
+        sys.executable,
+        str(BENCH_DIR / "paced.py"),
+        "--url",
+        url,
+        "--streams",
+        str(streams),
+        "--pace-ms",
+        f"{pace_ms:g}",
+        "--duration",
+        f"{duration:g}",
+        "--warmup-s",
+        f"{warmup_s:g}",
+        "--body",
+        json.dumps(body, separators=(",", ":")),
+    ]
+    if expected_events is not None:
+        cmd += ["--expect-events", str(expected_events)]
+    for header in headers:
+        cmd += ["-H", header]
+    if cpus is not None and shutil.which("taskset"):
+        cmd = ["taskset", "-c", cpus, *cmd]
+    watched = [server, *others]
+    before = [s.cpu() for s in watched]
+    kids0 = os.times()
+    sys0 = system_busy_seconds()
+    wall0 = time.monotonic()
+    with ProcSampler(server) as sampler:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 600)
+        ended = time.monotonic()
+    wall = ended - wall0
+    sys1 = system_busy_seconds()
+    kids1 = os.times()
+    used = [s.cpu() - b for s, b in zip(watched, before, strict=True)]
+    client_cpu = (kids1.children_user - kids0.children_user) + (
+        kids1.children_system - kids0.children_system
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"paced.py failed ({out.returncode}): {out.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    result["bg_cpu_pct"] = round(max((sys1 - sys0) - sum(used) - client_cpu, 0.0) / wall * 100, 1)
+    result["server"] = server.name
+    result["server_cpu_s"] = round(used[0], 3)
+    result["server_cpu_pct"] = round(used[0] / wall * 100, 1)
+    result["server_cpu_us_per_event"] = round(used[0] / max(result["events"], 1) * 1e6, 1)
+    # The client's measuring window, placed from its end: it started wall_s before it ended.
+    started = ended - float(result["wall_s"])
+    window_pct = sampler.cpu_pct(started + float(result["window_start_s"]), started + duration)
+    result["server_cpu_pct_window"] = None if window_pct is None else round(window_pct, 1)
+    result["server_rss_peak_mb"] = round(sampler.peak_kb / 1024, 1)
+    result["server_hwm_mb"] = round(sum(rss_kb(p, "VmHWM") for p in server.pids()) / 1024, 1)
+    result["others_cpu_pct"] = {
+        s.name: round(u / wall * 100, 1) for s, u in zip(others, used[1:], strict=True)
+    }
     if result.get("errors"):
         print(
             f"  !! {result['errors']} errors on {url}: {result.get('first_error')}", file=sys.stderr
