@@ -143,13 +143,16 @@ class ItemEvents:
 
     def _on_text_delta(self, event: UpstreamEvent) -> list[StreamEvent]:
         delta = event.get("delta", "")
-        key = (event["type"], event.get("item_id"), event.get("output_index"))
-        key_ci = event.get("content_index")
+        key = (
+            event["type"],
+            event.get("item_id"),
+            event.get("output_index"),
+            event.get("content_index"),
+        )
         last = self._last_delta
         if (
             last is not None
             and last.key == key
-            and last.content_index == key_ci
             and last.slot.open
             and last.position not in last.slot.part_done
         ):
@@ -165,7 +168,7 @@ class ItemEvents:
             field, part, events, out = self._text_event(event)
             slot, position = self._text_target
             address = {name: out[name] for name in _PART_ADDRESS}
-            self._last_delta = _DeltaTarget(key, key_ci, slot, position, address, part, field)
+            self._last_delta = _DeltaTarget(key, slot, position, address, part, field)
         part[field] = (part.get(field) or "") + delta
         out["delta"] = delta
         return events
@@ -308,15 +311,15 @@ _PART_ADDRESS = ("item_id", "output_index", "content_index")
 
 
 class _DeltaTarget:
-    """Where a text delta went: its upstream address (``key``, ``content_index``), the slot,
-    the part's position, the client's address of it, the part and its text field."""
+    """Where a text delta went: its upstream address (``key``: type, item id, output and
+    content index), the slot, the part's position, the client's address of it, the part and
+    its text field."""
 
-    __slots__ = ("address", "content_index", "field", "key", "logprobs", "part", "position", "slot")
+    __slots__ = ("address", "field", "key", "logprobs", "part", "position", "slot")
 
     def __init__(
         self,
-        key: tuple[Any, Any, Any],
-        content_index: Any,
+        key: tuple[Any, Any, Any, Any],
         slot: ItemSlot,
         position: int,
         address: JsonObject,
@@ -324,7 +327,6 @@ class _DeltaTarget:
         field: str,
     ) -> None:
         self.key = key
-        self.content_index = content_index
         self.slot = slot
         self.position = position
         self.address = address
