@@ -936,7 +936,9 @@ class BenchToolKit:
         context: Any = None,
     ) -> Any:
         kit = self.instant if self._instant(body) else self.real
-        return await kit.prepare(body, history, new_input)
+        # The context names the request's engine session: without it every request would share
+        # one session (id ""), whose history the mcp engine loads and saves on every call.
+        return await kit.prepare(body, history, new_input, context)
 
 
 def serve_gateway(argv: list[str]) -> None:

@@ -29,12 +29,12 @@ from app.core.observe import (
     preview_of,
 )
 from app.core.tools import (
-    BatchedToolExecutor,
     GatewayCall,
-    NamedTool,
     ToolBatch,
     ToolExecutor,
     ToolResult,
+    batch_of,
+    tool_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -109,8 +109,9 @@ class CallRunner:
         tasks: dict[str, asyncio.Task[ToolResult]] = {}
         batched: dict[int, tuple[ToolBatch, list[Pair]]] = {}
         for call, executor in runnable:
-            if isinstance(executor, BatchedToolExecutor):
-                group = batched.setdefault(id(executor.batch), (executor.batch, []))
+            batch = batch_of(executor)
+            if batch is not None:
+                group = batched.setdefault(id(batch), (batch, []))
                 group[1].append((call, executor))
             else:
                 tasks[call.item_id] = asyncio.create_task(self._run_one(call, executor, semaphore))
@@ -203,7 +204,7 @@ class CallRunner:
         common: dict[str, Any] = {
             "response_id": self._response_id,
             "round": self.round,
-            "tool": executor.qualified_name if isinstance(executor, NamedTool) else call.name,
+            "tool": tool_name(call, executor),
             "item_id": call.item_id,
         }
         if result is None:

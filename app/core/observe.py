@@ -345,6 +345,8 @@ async def _in_thread(hook: ToolEventHook, event: ToolCallEvent, delivery: _Deliv
 
 
 def _log(event: ToolCallEvent) -> None:
+    if not logger.isEnabledFor(logging.WARNING if event.type == FAILED else logging.INFO):
+        return
     extra = {
         "event": event.type,
         "response_id": event.response_id,

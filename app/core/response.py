@@ -137,7 +137,9 @@ def add_usage(total: JsonObject | None, more: JsonObject | None) -> JsonObject |
         return total
     if total is None:
         return clone(more)
-    out = clone(total)
+    # ``total`` is a sum made here (never an upstream's object, never changed in place): its
+    # numbers are replaced, its nested counts summed into new dicts, so no deep copy is needed.
+    out = dict(total)
     for key, value in more.items():
         if isinstance(value, bool):
             continue
