@@ -23,15 +23,21 @@ from app.errors import (
     UpstreamUnreachableError,
 )
 from app.protocol.json_types import JsonObject
+from app.upstream import sse as _sse
 from app.upstream.http import decode_json_object as decode_response
 from app.upstream.http import error_envelope
 from app.upstream.sse import parse_sse_lines
 
-try:  # the aiohttp adapter's own line splitter, where this version of the app has one
-    from app.upstream.sse import split_lines
-except ImportError:  # older commits (bench --ref): the same splitting, inline
+if hasattr(_sse, "SSEDecoder"):  # parse_sse_lines takes the network chunks themselves
 
-    async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterable[bytes]:
+        return chunks
+
+elif hasattr(_sse, "split_lines"):  # older commits (bench --ref): the adapter's line splitter
+    split_lines = _sse.split_lines
+else:  # older still: the same splitting, inline
+
+    async def split_lines(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:  # type: ignore[misc]
         buffer = b""
         async for chunk in chunks:
             buffer += chunk

@@ -14,39 +14,6 @@ from app.protocol.json_types import JsonObject
 DEFAULT_MAX_EVENT_BYTES = 32 * 1024 * 1024
 
 
-async def split_lines(
-    chunks: AsyncIterable[bytes], max_line: int = DEFAULT_MAX_EVENT_BYTES
-) -> AsyncIterator[bytes]:
-    """Network chunks -> lines ending in ``\\n`` (the last may lack it), each at most
-    ``max_line`` bytes (``UpstreamEventTooLargeError`` as soon as one is longer: an SSE frame
-    carrying a whole response is longer than a client library's usual line limit, but a line
-    without end must not grow without end). Each byte is looked at once: a long line arriving in
-    many chunks is joined once, not copied at each chunk."""
-    parts: list[bytes] = []  # the pieces of the line being received
-    size = 0
-    async for chunk in chunks:
-        start = 0
-        end = chunk.find(b"\n")
-        while end >= 0:
-            piece = chunk[start : end + 1]
-            if parts:
-                parts.append(piece)
-                piece, parts = b"".join(parts), []
-            if len(piece) > max_line:
-                raise UpstreamEventTooLargeError(max_line)
-            size = 0
-            yield piece
-            start = end + 1
-            end = chunk.find(b"\n", start)
-        if start < len(chunk):
-            size += len(chunk) - start
-            if size > max_line:
-                raise UpstreamEventTooLargeError(max_line)
-            parts.append(chunk[start:] if start else chunk)
-    if parts:
-        yield b"".join(parts)
-
-
 class SSEDecoder:
     """Bytes of an upstream SSE stream in, parsed events out: pure and incremental, one call per
     network chunk (the hot path: no generator per line or per event, bench/README.md "Issue 19").

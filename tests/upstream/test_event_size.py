@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,7 +26,7 @@ from starlette.routing import Route
 from app.errors import UpstreamEventTooLargeError
 from app.main import create_app
 from app.settings import Settings
-from app.upstream.sse import parse_sse_lines, split_lines
+from app.upstream.sse import parse_sse_lines
 from tests.api.upstreams import closing_events, opening_events, sse_frame
 from tests.helpers import in_process, openai_client, serve_in_thread
 from tests.lifecycle import assert_lifecycle
@@ -181,10 +182,11 @@ async def collect(lines: AsyncIterator[Any]) -> list[Any]:
 
 
 @pytest.mark.parametrize("size", [1, 3, 7, 64, 10_000])
-async def test_lines_are_split_the_same_whatever_the_chunks(size: int) -> None:
-    data = b"event: a\ndata: {}\n\n" + b"data: " + b"y" * 90 + b"\n\nlast"
-    lines = await collect(split_lines(chunks_of(data, size), max_line=97))
-    assert lines == data.splitlines(keepends=True)
+async def test_events_are_the_same_whatever_the_chunks_up_to_the_limit(size: int) -> None:
+    long = b'{"y": "' + b"y" * 81 + b'"}'  # a 96-byte line with its "data: ", under 97
+    data = b"event: a\ndata: {}\n\ndata: " + long + b'\n\ndata: {"last": 1}'
+    events = await collect(parse_sse_lines(chunks_of(data, size), max_event=97))
+    assert events == [{"type": "a"}, orjson.loads(long), {"last": 1}]
 
 
 async def test_a_line_longer_than_the_limit_is_refused_before_its_end() -> None:
@@ -197,11 +199,11 @@ async def test_a_line_longer_than_the_limit_is_refused_before_its_end() -> None:
             yield b"z" * 1000
 
     with pytest.raises(UpstreamEventTooLargeError):
-        await collect(split_lines(endless(), max_line=10_000))
+        await collect(parse_sse_lines(endless(), max_event=10_000))
     assert read <= 11_000
 
 
 async def test_an_event_of_many_data_lines_is_bounded_as_a_whole() -> None:
     frame = b"".join(b"data: " + b"d" * 50 + b"\n" for _ in range(10)) + b"\n"
     with pytest.raises(UpstreamEventTooLargeError):
-        await collect(parse_sse_lines(split_lines(chunks_of(frame, 16)), max_event=400))
+        await collect(parse_sse_lines(chunks_of(frame, 16), max_event=400))

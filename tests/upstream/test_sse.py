@@ -9,7 +9,7 @@ import pytest
 
 from app.errors import UpstreamProtocolError
 from app.protocol.events import STREAM_DONE
-from app.upstream.sse import SSEDecoder, parse_sse_lines, split_lines
+from app.upstream.sse import SSEDecoder, parse_sse_lines
 
 
 async def chunks(*parts: bytes) -> AsyncIterator[bytes]:
@@ -24,20 +24,22 @@ async def test_lines_split_across_chunks_and_longer_than_a_readline_limit() -> N
     )
     raw = frame + b"\n\ndata: [DONE]\n\n"
     pieces = [raw[i : i + 4096] for i in range(0, len(raw), 4096)]
-    events = [e async for e in parse_sse_lines(split_lines(chunks(*pieces)))]
+    events = [e async for e in parse_sse_lines(chunks(*pieces))]
     assert events[0]["response"]["output_text"] == long_text
     assert events[1] == {"type": "[DONE]"}
 
 
 async def test_event_name_fills_a_missing_type_and_comments_are_ignored() -> None:
     raw = b': ping\r\nevent: vendor.thing\r\ndata: {"a": 1}\r\n\r\ndata: {"type": "x"}\n\n'
-    events = [e async for e in parse_sse_lines(split_lines(chunks(raw)))]
+    events = [e async for e in parse_sse_lines(chunks(raw))]
     assert events == [{"a": 1, "type": "vendor.thing"}, {"type": "x"}]
 
 
-async def test_last_line_without_newline_is_kept() -> None:
-    lines = [line async for line in split_lines(chunks(b"a\nb", b"c"))]
-    assert lines == [b"a\n", b"bc"]
+async def test_a_last_frame_without_its_blank_line_or_newline_is_kept() -> None:
+    events = [
+        e async for e in parse_sse_lines(chunks(b'data: {"type": "a"}\n\ndata: {"ty', b'pe": "b"}'))
+    ]
+    assert events == [{"type": "a"}, {"type": "b"}]
 
 
 async def test_events_before_a_bad_frame_of_the_same_chunk_come_first() -> None:
