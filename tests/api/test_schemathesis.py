@@ -38,19 +38,9 @@ from schemathesis.specs.openapi.checks import (
 from app.main import create_app
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
-from tests.fakes import FakeEmbedder, FakeUpstream
+from tests.fakes import FakeEmbedder, FakeUpstream, text_response
 
-ANSWER: JsonObject = {
-    "status": "completed",
-    "output": [
-        {
-            "type": "message",
-            "role": "assistant",
-            "content": [{"type": "output_text", "text": "hi", "annotations": []}],
-        }
-    ],
-    "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2},
-}
+ANSWER: JsonObject = text_response("hi")
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
