@@ -18,10 +18,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +27,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _ab import asgi_client, compare, each_client
 from messages_bench import InstantUpstream
 
 from app.main import create_app
@@ -46,61 +45,22 @@ def settings(auth: bool) -> Settings:
     return Settings(data_dir=data_dir, auth={"mode": "on", "keys": keys})
 
 
-async def once(client: httpx.AsyncClient, stream: bool) -> float:
-    body = {**BODY, "stream": stream}
-    started = time.perf_counter()
-    if stream:
-        async with client.stream("POST", "/v1/responses", json=body) as reply:
-            async for _chunk in reply.aiter_bytes():
-                pass
-    else:
-        reply = await client.post("/v1/responses", json=body)
-    elapsed = time.perf_counter() - started
-    if reply.status_code != 200:
-        raise SystemExit(f"HTTP {reply.status_code}: {reply.read()[:300]!r}")
-    return elapsed
-
-
-async def timed(
-    clients: dict[str, httpx.AsyncClient], stream: bool, n: int
-) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {name: [] for name in clients}
-    for _ in range(n):
-        for name, client in clients.items():
-            out[name].append(await once(client, stream))
-    return out
-
-
-def summary(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.9)] * 1e6
-
-
 async def main(requests: int, warmup: int) -> None:
     async with contextlib.AsyncExitStack() as stack:
         clients: dict[str, httpx.AsyncClient] = {}
         for name, auth in (("auth off", False), ("auth on", True)):
             app = create_app(settings(auth), upstream=InstantUpstream())  # type: ignore[arg-type]
-            await stack.enter_async_context(app.router.lifespan_context(app))
             headers = {"authorization": f"Bearer {KEY}"} if auth else {}
-            clients[name] = await stack.enter_async_context(
-                httpx.AsyncClient(
-                    transport=httpx.ASGITransport(app=app), base_url="http://bench", headers=headers
-                )
-            )
+            clients[name] = await asgi_client(stack, app, headers)
         print(f"{requests} sequential requests per case (after {warmup} warm-up), µs")
         results: dict[str, Any] = {}
         for stream in (False, True):
-            await timed(clients, stream, warmup)
-            samples = await timed(clients, stream, requests)
-            off50, off90 = summary(samples["auth off"])
-            on50, on90 = summary(samples["auth on"])
+            body = {**BODY, "stream": stream}
+            await each_client(clients, body, warmup)
+            samples = await each_client(clients, body, requests)
             name = "stream" if stream else "json"
-            results[name] = {"off_p50": off50, "on_p50": on50, "off_p90": off90, "on_p90": on90}
-            print(
-                f"{name:<7} auth off p50 {off50:7.0f}  auth on p50 {on50:7.0f}  "
-                f"added {on50 - off50:+6.0f} ({on50 / off50:.3f}x)  "
-                f"p90 {off90:7.0f} / {on90:7.0f}"
+            results[name] = compare(
+                name, ("auth off", "auth on"), samples["auth off"], samples["auth on"]
             )
         print(json.dumps(results))
 

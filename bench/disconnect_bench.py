@@ -31,7 +31,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from auth_bench import once, summary
+from _ab import alternate, compare, once
+from auth_bench import BODY
 from messages_bench import InstantUpstream
 from starlette.requests import Request
 
@@ -48,13 +49,17 @@ async def unwatched(request: Request, work: Awaitable[T], stage: str) -> T:
 
 
 async def timed(client: httpx.AsyncClient, stream: bool, n: int) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {"plain await": [], "unless_gone": []}
-    for _ in range(n):
+    body = {**BODY, "stream": stream}
+
+    async def plain() -> float:
         responses.unless_gone = unwatched  # type: ignore[assignment]
-        out["plain await"].append(await once(client, stream))
+        return await once(client, body)
+
+    async def watched() -> float:
         responses.unless_gone = WATCHED
-        out["unless_gone"].append(await once(client, stream))
-    return out
+        return await once(client, body)
+
+    return await alternate({"plain await": plain, "unless_gone": watched}, n)
 
 
 async def instant() -> int:
@@ -100,14 +105,13 @@ async def main(requests: int, warmup: int) -> None:
         for stream in (False, True):
             await timed(client, stream, warmup)
             samples = await timed(client, stream, requests)
-            off50, off90 = summary(samples["plain await"])
-            on50, on90 = summary(samples["unless_gone"])
             name = "stream" if stream else "json"
-            results[name] = {"off_p50": off50, "on_p50": on50, "off_p90": off90, "on_p90": on90}
-            print(
-                f"{name:<7} plain p50 {off50:7.0f}  unless_gone p50 {on50:7.0f}  "
-                f"added {on50 - off50:+6.1f} ({on50 / off50:.3f}x)  "
-                f"p90 {off90:7.0f} / {on90:7.0f}"
+            results[name] = compare(
+                name,
+                ("plain", "unless_gone"),
+                samples["plain await"],
+                samples["unless_gone"],
+                digits=1,
             )
         responses.unless_gone = WATCHED
         bare, watched = await micro()

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import copy
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _ab import asgi_client, compare, each_client
 from messages_bench import EVENTS, InstantUpstream
 
 from app.main import create_app
@@ -70,37 +70,6 @@ def settings(metrics: bool) -> Settings:
     return Settings(data_dir=data_dir, metrics={"enabled": metrics, "models": ["m", "long"]})
 
 
-async def once(client: httpx.AsyncClient, body: dict[str, Any]) -> float:
-    """The CPU time of this process the request took (the machine may be shared: CPU time is
-    what other processes' load does not inflate)."""
-    started = time.process_time()
-    if body.get("stream"):
-        async with client.stream("POST", "/v1/responses", json=body) as reply:
-            async for _chunk in reply.aiter_bytes():
-                pass
-    else:
-        reply = await client.post("/v1/responses", json=body)
-    elapsed = time.process_time() - started
-    if reply.status_code != 200:
-        raise SystemExit(f"HTTP {reply.status_code}: {reply.read()[:300]!r}")
-    return elapsed
-
-
-async def timed(
-    clients: dict[str, httpx.AsyncClient], body: dict[str, Any], n: int
-) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {name: [] for name in clients}
-    for _ in range(n):
-        for name, client in clients.items():
-            out[name].append(await once(client, body))
-    return out
-
-
-def summary(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.9)] * 1e6
-
-
 CASES = {
     "json": BODY,
     "stream": {**BODY, "stream": True},
@@ -113,24 +82,15 @@ async def main(requests: int, warmup: int, same: bool) -> None:
         clients: dict[str, httpx.AsyncClient] = {}
         for name, metrics in (("off", False), ("on", not same)):
             app = create_app(settings(metrics), upstream=BenchUpstream())  # type: ignore[arg-type]
-            await stack.enter_async_context(app.router.lifespan_context(app))
-            clients[name] = await stack.enter_async_context(
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench")
-            )
+            clients[name] = await asgi_client(stack, app)
         print(f"{requests} sequential requests per case (after {warmup} warm-up), CPU µs")
         results: dict[str, Any] = {}
+        cpu = time.process_time  # the machine may be shared: CPU time is not inflated by it
         for case, body in CASES.items():
             count = requests if case != "long" else max(requests // 5, 50)
-            await timed(clients, body, warmup)
-            samples = await timed(clients, body, count)
-            off50, off90 = summary(samples["off"])
-            on50, on90 = summary(samples["on"])
-            results[case] = {"off_p50": off50, "on_p50": on50, "off_p90": off90, "on_p90": on90}
-            print(
-                f"{case:<7} metrics off p50 {off50:7.0f}  on p50 {on50:7.0f}  "
-                f"added {on50 - off50:+6.0f} ({on50 / off50:.3f}x)  "
-                f"p90 {off90:7.0f} / {on90:7.0f}"
-            )
+            await each_client(clients, body, warmup, cpu)
+            samples = await each_client(clients, body, count, cpu)
+            results[case] = compare(case, ("metrics off", "on"), samples["off"], samples["on"])
         print(json.dumps(results))
 
 

@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -32,6 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _ab import asgi_client, each_client, summary
 from messages_bench import InstantUpstream
 
 from app.api.request_id import RequestIdMiddleware
@@ -55,36 +55,6 @@ def build(case: str) -> Any:
     if case == "no request ids":
         del app.build_middleware_stack  # Starlette's own: no request-id middleware
     return app
-
-
-async def once(client: httpx.AsyncClient, stream: bool) -> float:
-    body = {**BODY, "stream": stream}
-    started = time.perf_counter()
-    if stream:
-        async with client.stream("POST", "/v1/responses", json=body) as reply:
-            async for _chunk in reply.aiter_bytes():
-                pass
-    else:
-        reply = await client.post("/v1/responses", json=body)
-    elapsed = time.perf_counter() - started
-    if reply.status_code != 200:
-        raise SystemExit(f"HTTP {reply.status_code}: {reply.read()[:300]!r}")
-    return elapsed
-
-
-async def timed(
-    clients: dict[str, httpx.AsyncClient], stream: bool, n: int
-) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {name: [] for name in clients}
-    for _ in range(n):
-        for name, client in clients.items():
-            out[name].append(await once(client, stream))
-    return out
-
-
-def summary(samples: list[float]) -> tuple[float, float]:
-    ordered = sorted(samples)
-    return statistics.median(ordered) * 1e6, ordered[int(len(ordered) * 0.9)] * 1e6
 
 
 async def middleware_alone(calls: int) -> tuple[float, float]:
@@ -126,16 +96,13 @@ async def main(requests: int, warmup: int) -> None:
     async with contextlib.AsyncExitStack() as stack:
         clients: dict[str, httpx.AsyncClient] = {}
         for case in CASES:
-            app = build(case)
-            await stack.enter_async_context(app.router.lifespan_context(app))
-            clients[case] = await stack.enter_async_context(
-                httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench")
-            )
+            clients[case] = await asgi_client(stack, build(case))
         print(f"{requests} sequential requests per case (after {warmup} warm-up), p50 µs")
         results: dict[str, Any] = {}
         for stream in (False, True):
-            await timed(clients, stream, warmup)
-            samples = await timed(clients, stream, requests)
+            body = {**BODY, "stream": stream}
+            await each_client(clients, body, warmup)
+            samples = await each_client(clients, body, requests)
             figures = {case: summary(samples[case]) for case in CASES}
             base = figures["no request ids"][0]
             name = "stream" if stream else "json"
