@@ -26,6 +26,7 @@ from app.api.routes import (
     responses_ws,
     vector_stores,
 )
+from app.api.server_send import install_server_send
 from app.api.state import GatewayState
 from app.authentication import install_auth
 from app.compaction_key import compaction_codec
@@ -420,4 +421,5 @@ def create_app(
     # Outside authentication: /metrics has its own access rule, and refusals are counted too.
     install_metrics(app, settings)
     observability.install(app)  # request ids, around everything
+    install_server_send(app)  # outside even that: the server's send, for streamed bodies
     return app

@@ -25,6 +25,10 @@ timeout) is thrown into the iterator where it waits, exactly as if it were await
 that comes while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`),
 so the iterator is never left in the middle of a step, unable to be closed.
 
+**Sends.** The start and the last message go through the ASGI ``send`` the response is given
+(every middleware sees them); the chunks in between, through the server's own ``send`` when
+``app.api.server_send`` left it in the scope, under the middlewares' wrappers.
+
 **Timers.** One ``call_later`` handle per stream, re-armed every ``tick`` seconds, both
 sends the pings (from a short task, only when the stream is idle and not in a send) and ends a
 send that has waited ``send_timeout`` (it cancels the stream's task): no timer per event.
@@ -40,6 +44,8 @@ from typing import Any
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
+
+from app.api.server_send import server_send
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +171,7 @@ class EventStreamResponse(Response):
             await send(start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         else:
-            await _Sending(self, send).run(start, receive)
+            await _Sending(self, send, server_send(scope, send)).run(start, receive)
         if self.background is not None:
             await self.background()
 
@@ -175,6 +181,7 @@ class _Sending:
 
     __slots__ = (
         "_cancels",
+        "_chunk_send",
         "_closing",
         "_finished",
         "_idle_ticks",
@@ -193,14 +200,15 @@ class _Sending:
         "tick",
     )
 
-    def __init__(self, response: EventStreamResponse, send: Send) -> None:
+    def __init__(self, response: EventStreamResponse, send: Send, chunk_send: Send) -> None:
         self.frames = response.body_iterator
         self.ping = response.ping
         self.send_timeout = response.send_timeout
         periods = [p for p in (self.ping, self.send_timeout) if p]
         # Often enough that a stalled send ends within a quarter of its timeout past it.
         self.tick = min(periods) / 4 if periods else 0.0
-        self._send = send
+        self._send = send  # the start and the last message: through every middleware
+        self._chunk_send = chunk_send  # the chunks between (``app.api.server_send``)
         self._loop = asyncio.get_running_loop()
         self._task: asyncio.Task[Any] | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -289,7 +297,7 @@ class _Sending:
     async def _write(self, body: bytes) -> None:
         self._send_began = self._loop.time()
         try:
-            await self._send({"type": "http.response.body", "body": body, "more_body": True})
+            await self._chunk_send({"type": "http.response.body", "body": body, "more_body": True})
         finally:  # an interrupted send is not one under way (the send timeout's timer)
             self._send_began = None
         self._writes += 1
@@ -344,7 +352,9 @@ class _Sending:
         if self._closing:
             return
         try:
-            await self._send({"type": "http.response.body", "body": PING_FRAME, "more_body": True})
+            await self._chunk_send(
+                {"type": "http.response.body", "body": PING_FRAME, "more_body": True}
+            )
             self._writes += 1
         except Exception:  # the stream's own send reports a broken connection
             logger.debug("an SSE ping could not be sent", exc_info=True)
