@@ -8,10 +8,18 @@ Responses events already and pass as they are parsed, ``[DONE]`` included (the c
 The chat kind's is ``chat_stream.ChatStreamTranslator``: chat-completion chunks in, Responses
 events out. Both run in the one generator below, so neither pays an extra async-generator hop
 per event (this is the hot path; bench/README.md).
+
+The read timeout (``read_timeout``, aiohttp's ``sock_read``) is kept by ``ReadDeadline``
+once the stream is open: aiohttp re-arms a timer for every network chunk (a cancelled handle
+and a new ``call_later``, ~4 µs a chunk, a chunk per token on a paced stream), where this one
+timer notes the loop time as each read begins and re-arms itself only when it fires. The
+timeout counts while the stream waits for the upstream, not while a slow client holds it up
+(its own ``send_timeout`` covers that).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
@@ -60,9 +68,15 @@ class UpstreamEvents:
         # Not aiohttp's readline: it caps line length (see ``sse.SSEDecoder``).
         decoder = SSEDecoder(self._max_bytes)
         read = self._resp.content.readany
+        deadline = ReadDeadline.take_over(self._resp)
         try:
             while True:
-                chunk = await read()
+                if deadline is None:
+                    chunk = await read()
+                else:
+                    deadline.since = deadline.loop.time()
+                    chunk = await read()
+                    deadline.since = None
                 # The last bytes may complete an event (a frame without its blank line).
                 for upstream_event in decoder.feed(chunk) if chunk else decoder.end():
                     if translator is None:
@@ -85,7 +99,57 @@ class UpstreamEvents:
         except Exception as exc:
             raise map_transport_error(exc) from exc
         finally:
+            if deadline is not None:
+                deadline.stop()
             await self.aclose()
 
     async def aclose(self) -> None:
         release(self._resp)
+
+
+class ReadDeadline:
+    """The read timeout of an open stream (see the module docstring): the stream fails with
+    aiohttp's own read timeout error when one read waits ``timeout`` seconds."""
+
+    __slots__ = ("_handle", "_resp", "loop", "since", "timeout")
+
+    def __init__(self, resp: aiohttp.ClientResponse, timeout: float) -> None:
+        self._resp = resp
+        self.timeout = timeout
+        self.loop = asyncio.get_running_loop()
+        # The loop time the read under way began; None between reads.
+        self.since: float | None = None
+        self._handle: asyncio.TimerHandle | None = self.loop.call_later(timeout, self._check)
+
+    @classmethod
+    def take_over(cls, resp: aiohttp.ClientResponse) -> ReadDeadline | None:
+        """Keep ``resp``'s read timeout here instead of in aiohttp (None: it has none, or its
+        body is all read already). aiohttp's timer armed at the last chunk stays until the
+        next chunk drops it; the next request on the connection sets its own timeout again."""
+        connection = resp.connection
+        protocol = None if connection is None else connection.protocol
+        if protocol is None or not protocol.read_timeout:
+            return None
+        timeout = protocol.read_timeout
+        protocol.read_timeout = None  # public: aiohttp does the same for WebSockets
+        return cls(resp, timeout)
+
+    def _check(self) -> None:
+        since = self.since
+        now = self.loop.time()
+        if since is None:  # the stream is busy with what it read (a slow client, say)
+            due = now + self.timeout
+        elif now - since >= self.timeout:
+            self._handle = None
+            self._resp.content.set_exception(
+                aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+            )
+            return
+        else:
+            due = since + self.timeout
+        self._handle = self.loop.call_at(due, self._check)
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
