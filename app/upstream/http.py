@@ -84,6 +84,7 @@ class HttpUpstream:
         )
         self.guard = options.get("guard") or UpstreamGuard(RetryPolicy(retries=0))
         self._session: aiohttp.ClientSession | None = None
+        self._probe_session: aiohttp.ClientSession | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -108,11 +109,24 @@ class HttpUpstream:
             )
         return self._session
 
+    @property
+    def probe_session(self) -> aiohttp.ClientSession:
+        """Readiness checks' own session, outside the pool: with every pooled connection
+        carrying a stream (a busy GPU server), a check waiting for one would time out and
+        take a working replica out of its load balancer."""
+        if self._probe_session is None:
+            connector = aiohttp.TCPConnector(
+                limit=1, ttl_dns_cache=300, keepalive_timeout=KEEPALIVE_SECONDS
+            )
+            self._probe_session = aiohttp.ClientSession(connector=connector)
+        return self._probe_session
+
     async def aclose(self) -> None:
         self.pool.close()
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._probe_session):
+            if session is not None:
+                await session.close()
+        self._session = self._probe_session = None
 
     def headers_for(self, headers: Mapping[str, str], accept: str) -> dict[str, str]:
         """What goes upstream: this upstream's configured key, or, when it is configured with
@@ -186,7 +200,7 @@ class HttpUpstream:
         timeout = aiohttp.ClientTimeout(total=5)
         for path in ("/health", "/v1/models"):
             try:
-                async with self.session.get(
+                async with self.probe_session.get(
                     f"{self.base_url}{path}",
                     headers=self.headers_for({}, JSON_TYPE),
                     timeout=timeout,

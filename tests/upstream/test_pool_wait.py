@@ -56,7 +56,15 @@ def held_upstream(gate: Gate) -> Starlette:
         await asyncio.to_thread(gate.release.wait, 30)
         return JSONResponse({"ok": True})
 
-    return Starlette(routes=[Route("/v1/responses", answer, methods=["POST"])])
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True})
+
+    return Starlette(
+        routes=[
+            Route("/v1/responses", answer, methods=["POST"]),
+            Route("/health", health),
+        ]
+    )
 
 
 @pytest.fixture
@@ -194,6 +202,26 @@ async def test_a_request_that_gives_up_waiting_is_counted_and_no_longer_waits(
     assert len(waits) == 1
     [line] = pool_lines(caplog)
     assert "a request gave up after waiting" in line
+
+
+async def test_a_full_pool_does_not_make_the_upstream_look_unready(
+    upstream_url: str, gate: Gate
+) -> None:
+    """Readiness checks have their own connection: with every pooled connection carrying a
+    request (and one more waiting), the upstream still answers its health check."""
+    upstream = HttpUpstream(upstream_url, max_connections=1)
+    try:
+        url = f"{upstream_url}/v1/responses"
+        first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
+        await until(lambda: gate.held == 1, "the first request reached the upstream")
+        second = asyncio.create_task(upstream.post_json(url, {"n": 2}, {}))
+        await until(lambda: upstream.pool.waiting == 1, "the second request waits")
+        assert await asyncio.wait_for(upstream.check_ready(), 4) is True
+        assert upstream.pool.waiting == 1  # the check took no place in the pool's queue
+        gate.release.set()
+        assert await first == await second == {"ok": True}
+    finally:
+        await upstream.aclose()
 
 
 async def test_the_metrics_count_the_wait_and_gauge_the_waiting(
