@@ -114,6 +114,24 @@ class UpstreamTimeoutError(UpstreamError):
     code = "upstream_timeout"
 
 
+class UpstreamBusyError(UpstreamError):
+    """Every connection of the upstream's pool (``max_connections``) stayed in use for the
+    whole ``connect_timeout`` the request waited: the upstream is busy, not failing. Not
+    retried by the gateway (the request already waited), not counted by its circuit breaker
+    (``app.upstream.retry``)."""
+
+    status_code = 503
+    code = "upstream_busy"
+    log_each = False  # the pool's own warning (``app.upstream.pool``) tells the operator
+
+    def __init__(self, name: str, limit: int, waited: float) -> None:
+        super().__init__(
+            f"The upstream {name!r} is busy: its {limit} connections were all in use for the "
+            f"{waited:.1f} s this request waited for one. Retry shortly."
+        )
+        self.headers = {"retry-after": "1", "retry-after-ms": "1000"}
+
+
 class UpstreamProtocolError(UpstreamError):
     """The upstream answered with something that is not a Responses API answer."""
 

@@ -33,6 +33,7 @@ from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
 from app.core.ports import PoolReport, PoolWaitObserver
+from app.errors import UpstreamBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +82,11 @@ class WatchedConnector(aiohttp.TCPConnector):
         trace = Trace(cast(aiohttp.ClientSession, None), config, ctx)
         try:
             return await super().connect(req, [*traces, trace], timeout)
+        except TimeoutError as exc:
+            waited = self.watch.gave_up(ctx)
+            if waited is None:  # it had a connection slot: the TCP connection timed out
+                raise
+            raise UpstreamBusyError(self.watch.name, self.watch.limit, waited) from exc
         except BaseException:
             self.watch.gave_up(ctx)
             raise
@@ -130,16 +136,15 @@ class PoolWatch:
     async def _dequeued(self, _: aiohttp.ClientSession, ctx: SimpleNamespace, __: object) -> None:
         self._ended(ctx, gave_up=False)
 
-    def gave_up(self, ctx: SimpleNamespace) -> None:
+    def gave_up(self, ctx: SimpleNamespace) -> float | None:
         """The connection step failed (timed out, cancelled): the end of a wait, if it was in
-        one."""
-        if ctx.queued_at is not None:
-            self._ended(ctx, gave_up=True)
+        one; the seconds it waited then."""
+        return self._ended(ctx, gave_up=True)
 
-    def _ended(self, ctx: SimpleNamespace, *, gave_up: bool) -> None:
+    def _ended(self, ctx: SimpleNamespace, *, gave_up: bool) -> float | None:
         started: float | None = ctx.queued_at
         if started is None:
-            return
+            return None
         ctx.queued_at = None
         self.waiting -= 1
         seconds = time.monotonic() - started
@@ -150,6 +155,7 @@ class PoolWatch:
                 logger.exception("upstream %s: a pool wait observer failed", self.name)
         if seconds >= self.warn_after:
             self._note(seconds, gave_up)
+        return seconds
 
     def _note(self, seconds: float, gave_up: bool) -> None:
         if self._timer is None:

@@ -9,12 +9,15 @@ between 0 and ``backoff * 2**n``, at most ``max_wait``), when it never reached a
   before a byte of the body was read. Its ``retry-after`` (or ``retry-after-ms``) is the wait
   when it says one; one longer than ``max_wait`` is not waited for: the error goes to the client.
 
-Never retried: anything after a response started (a stream that began is never replayed), a
-4xx, any other 5xx, and a read timeout once the request was sent, 504 included (the server may
-be generating the answer: a second request would pay for it twice). At most ``retries`` more
-attempts; the waits end with the request: its deadline (``core.deadline``) or its client going
-away cancels them. An error the gateway already retried carries ``x-should-retry: false``, so
-the ``openai`` SDKs do not multiply the attempts (their default is two more on 502 and 503).
+Never retried: a request that waited ``connect_timeout`` for a connection of a full pool
+(``UpstreamBusyError``, 503 ``upstream_busy``: the upstream is busy, not failing; the breaker
+does not count it either), anything after a response started (a stream that began is never
+replayed), a 4xx, any other 5xx, and a read timeout once the request was sent, 504 included
+(the server may be generating the answer: a second request would pay for it twice). At most
+``retries`` more attempts; the waits end with the request: its deadline (``core.deadline``) or
+its client going away cancels them. An error the gateway already retried carries
+``x-should-retry: false``, so the ``openai`` SDKs do not multiply the attempts (their default
+is two more on 502 and 503).
 
 Each request passes the upstream's ``CircuitBreaker`` (``app.upstream.breaker``): an open
 circuit fails the request at once with 503 ``upstream_unavailable`` and ``retry-after``.
@@ -32,7 +35,7 @@ from email.utils import parsedate_to_datetime
 
 import aiohttp
 
-from app.errors import UpstreamError, UpstreamUnavailableError
+from app.errors import UpstreamBusyError, UpstreamError, UpstreamUnavailableError
 from app.net.http import map_transport_error, release
 from app.upstream.breaker import CircuitBreaker, Outcome, Pass
 
@@ -139,6 +142,8 @@ class UpstreamGuard:
         try:
             resp, retries = await self._attempts(post)
             outcome = _FAILURE if resp.status in FAILED_STATUSES else _SUCCESS
+        except UpstreamBusyError:
+            raise  # busy, not failing: neutral for the breaker
         except UpstreamError:
             outcome = _FAILURE
             raise

@@ -25,12 +25,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from app.api.metrics import GatewayMetrics, ModelLabels
-from app.errors import UpstreamTimeoutError
+from app.errors import UpstreamBusyError
 from app.main import create_app
 from app.monitoring import watch_pools
 from app.protocol.json_types import JsonObject
 from app.settings import Settings
 from app.upstream.http import HttpUpstream
+from app.upstream.retry import create_guard
 from app.upstream.router import UpstreamRoute, UpstreamRouter
 from tests.api.metrics_support import parse_samples, value
 from tests.api.upstreams import build_upstream, ok
@@ -182,7 +183,7 @@ async def test_more_waits_within_the_interval_make_one_summary_line(
 async def test_a_request_that_gives_up_waiting_is_counted_and_no_longer_waits(
     upstream_url: str, gate: Gate, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The wait counts against connect_timeout: past it the request fails (504)."""
+    """The wait counts against connect_timeout: past it the request fails as busy (503)."""
     caplog.set_level(logging.WARNING, POOL_LOGGER)
     upstream = HttpUpstream(upstream_url, name="gpu-a", max_connections=1, connect_timeout=HOLD / 2)
     upstream.pool.warn_after = 0.0
@@ -192,8 +193,11 @@ async def test_a_request_that_gives_up_waiting_is_counted_and_no_longer_waits(
         url = f"{upstream_url}/v1/responses"
         first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
         await until(lambda: gate.held == 1, "the first request reached the upstream")
-        with pytest.raises(UpstreamTimeoutError):
+        with pytest.raises(UpstreamBusyError) as busy:
             await upstream.post_json(url, {"n": 2}, {})
+        assert busy.value.status_code == 503 and busy.value.code == "upstream_busy"
+        assert "'gpu-a' is busy: its 1 connections were all in use" in str(busy.value)
+        assert busy.value.headers == {"retry-after": "1", "retry-after-ms": "1000"}
         assert upstream.pool.waiting == 0
         gate.release.set()
         assert await first == {"ok": True}
@@ -202,6 +206,34 @@ async def test_a_request_that_gives_up_waiting_is_counted_and_no_longer_waits(
     assert len(waits) == 1
     [line] = pool_lines(caplog)
     assert "a request gave up after waiting" in line
+
+
+async def test_a_busy_pool_is_neither_retried_nor_counted_by_the_circuit_breaker(
+    upstream_url: str, gate: Gate
+) -> None:
+    """With a breaker that opens at the first failure and retries on, requests that give up
+    waiting for a connection are answered busy at once: not sent again (the upstream is not
+    failing), and the circuit stays closed for the requests that follow."""
+    guard = create_guard("gpu-a", retries=2, backoff=0.01, max_wait=1, threshold=1, cooldown=60)
+    upstream = HttpUpstream(
+        upstream_url, name="gpu-a", max_connections=1, connect_timeout=HOLD / 2, guard=guard
+    )
+    waits: list[float] = []
+    upstream.pool.watch(lambda name, seconds: waits.append(seconds))
+    try:
+        url = f"{upstream_url}/v1/responses"
+        first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
+        await until(lambda: gate.held == 1, "the first request reached the upstream")
+        for n in (2, 3):
+            with pytest.raises(UpstreamBusyError):
+                await upstream.post_json(url, {"n": n}, {})
+        assert len(waits) == 2  # one wait each: no retry waited again
+        assert guard.breaker is not None and guard.breaker.state == "closed"
+        gate.release.set()
+        assert await first == {"ok": True}
+        assert await upstream.post_json(url, {"n": 4}, {}) == {"ok": True}
+    finally:
+        await upstream.aclose()
 
 
 async def test_a_full_pool_does_not_make_the_upstream_look_unready(

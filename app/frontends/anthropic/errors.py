@@ -1,7 +1,8 @@
 """Errors in Anthropic's envelope: ``{"type": "error", "error": {"type", "message"}}``.
 
 The status stays the gateway's except where Anthropic has its own: an upstream that is not
-ready (503) is ``overloaded_error`` with Anthropic's 529. The error type follows the status, as
+ready or busy (503: ``upstream_not_ready``, ``upstream_busy``) is ``overloaded_error`` with
+Anthropic's 529. The error type follows the status, as
 Anthropic's: 400 ``invalid_request_error``, 401 ``authentication_error``, 403
 ``permission_error``, 404 ``not_found_error``, 413 ``request_too_large``, 429
 ``rate_limit_error``, 529 ``overloaded_error``, any other 5xx ``api_error``.
@@ -9,7 +10,7 @@ Anthropic's: 400 ``invalid_request_error``, 401 ``authentication_error``, 403
 
 from __future__ import annotations
 
-from app.errors import GatewayError, InvalidRequestError, NotReadyError
+from app.errors import GatewayError, InvalidRequestError, NotReadyError, UpstreamBusyError
 from app.protocol.json_types import JsonObject
 
 _TYPES = {
@@ -32,7 +33,7 @@ def error_type(status: int) -> str:
 
 
 def anthropic_status(error: GatewayError) -> int:
-    if isinstance(error, NotReadyError):
+    if isinstance(error, NotReadyError | UpstreamBusyError):
         return OVERLOADED_STATUS
     return error.status_code
 
@@ -55,7 +56,8 @@ def stream_error_event(error: JsonObject | None) -> JsonObject:
     error = error or {}
     message = str(error.get("message") or "The upstream failed while streaming the response.")
     code = str(error.get("code") or "")
-    status = OVERLOADED_STATUS if code in ("upstream_not_ready", "overloaded") else 500
+    overloaded = code in ("upstream_not_ready", "upstream_busy", "overloaded")
+    status = OVERLOADED_STATUS if overloaded else 500
     if code in ("rate_limit_exceeded", "rate_limit_error"):
         status = 429
     return error_body(status, message)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.errors import NotReadyError, UpstreamHTTPError
-from app.frontends.anthropic.errors import error_envelope
+from app.errors import NotReadyError, UpstreamBusyError, UpstreamHTTPError
+from app.frontends.anthropic.errors import error_envelope, stream_error_event
 from app.frontends.anthropic.responses import to_message, usage
 from app.frontends.anthropic.stream import MessageStream
 
@@ -166,6 +166,13 @@ def test_message_from_a_response() -> None:
 def test_error_envelopes() -> None:
     status, body = error_envelope(NotReadyError("warming up"))
     assert (status, body["error"]["type"]) == (529, "overloaded_error")
+    status, body = error_envelope(UpstreamBusyError("vllm", 256, 10.0))
+    assert (status, body["error"]["type"]) == (529, "overloaded_error")
+    assert "busy" in body["error"]["message"]
+    assert stream_error_event({"code": "upstream_busy", "message": "busy"})["error"] == {
+        "type": "overloaded_error",
+        "message": "busy",
+    }
     status, body = error_envelope(UpstreamHTTPError(401, {"error": {"message": "bad key"}}))
     assert (status, body) == (
         401,
