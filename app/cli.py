@@ -125,6 +125,13 @@ def _prepare_to_serve(settings: Settings) -> None:
         wait_until_ready(settings)
 
 
+def upstream_connections(settings: Settings) -> int:
+    """The upstream connections one process may hold: every upstream's pool (one without a
+    limit, ``max_connections = 0``, as many as the server takes clients)."""
+    clients = settings.server.max_connections
+    return sum(u.max_connections or clients for u in settings.resolved_upstreams())
+
+
 def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = None) -> int:
     """Serve the gateway on ``sock`` until a signal; ``worker``: its index under --workers."""
     from app.main import create_app
@@ -137,6 +144,7 @@ def _run_gateway(settings: Settings, sock: socket.socket, worker: int | None = N
         drain_timeout=settings.drain_timeout_seconds,
         **uvicorn_log_config(settings.log_format),
         connections=settings.server,
+        upstream_connections=upstream_connections(settings),
     )
     upstreams = ", ".join(u.url for u in settings.resolved_upstreams())
     who = f"respgate {__version__}" if worker is None else f"respgate worker {worker}"

@@ -294,10 +294,12 @@ def guarded_protocol(settings: ServerSettings, cap: int) -> type[GuardedProtocol
     return type("GatewayProtocol", (GuardedProtocol,), attributes)
 
 
-def connection_cap(wanted: int) -> int:
+def connection_cap(wanted: int, upstream_connections: int = 0) -> int:
     """``wanted`` connections, or fewer if the open-files limit (its soft value raised to the
     hard one first, as Go programs do) would not leave room for the others (a warning says
-    so)."""
+    so). ``upstream_connections``: the upstream pools' connections this process may hold
+    besides; each client connection holds at most one of them (a stream), so a client counts
+    twice up to that many."""
     try:
         import resource
     except ImportError:  # pragma: no cover - not on POSIX: no limit to read
@@ -313,13 +315,18 @@ def connection_cap(wanted: int) -> int:
     if soft == resource.RLIM_INFINITY:
         return wanted
     room = max(soft - min(_RESERVED_FILES, soft // 4), 1)
-    if wanted > room:
+    # c clients hold c + min(c, upstream_connections) descriptors.
+    pooled = min(upstream_connections, wanted)
+    cap = room - pooled if room >= 2 * pooled else room // 2
+    if wanted > cap:
         logger.warning(
-            "server.max_connections %d lowered to %d: the open-files limit is %d (ulimit -n); "
-            "raise it to hold more connections",
+            "server.max_connections %d lowered to %d: the open-files limit is %d (ulimit -n), "
+            "and each stream holds an upstream connection too (up to %d); raise the limit to "
+            "hold more connections",
             wanted,
-            room,
+            max(cap, 1),
             soft,
+            upstream_connections,
         )
-        return room
+        return max(cap, 1)
     return wanted

@@ -50,18 +50,20 @@ def make_server(
     access_log: bool = False,
     drain_timeout: float = DEFAULT_DRAIN_SECONDS,
     connections: ServerSettings | None = None,
+    upstream_connections: int = 0,
     **options: Any,
 ) -> uvicorn.Server:
     """A uvicorn server for ``app``. On a stop it closes its listening socket at once, lets open
     requests and streams finish for ``drain_timeout`` seconds, cuts what is left, then runs the
     application's shutdown (which hands background jobs back). ``connections``: its timeouts
-    and connection cap (default: ``[server]``'s defaults)."""
+    and connection cap (default: ``[server]``'s defaults); ``upstream_connections``: how many
+    upstream connections the app may hold besides (``connections.connection_cap``)."""
     limits = connections or ServerSettings()
     config = uvicorn.Config(
         app,
         log_level=log_level.lower(),
         access_log=access_log,
-        http=guarded_protocol(limits, connection_cap(limits.max_connections)),
+        http=guarded_protocol(limits, connection_cap(limits.max_connections, upstream_connections)),
         timeout_keep_alive=limits.keep_alive_timeout_seconds,  # type: ignore[arg-type]
         # uvicorn cancels what still runs then: a little after the streams were cut.
         timeout_graceful_shutdown=math.ceil(drain_timeout + CUT_GRACE_SECONDS),

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from app import serving
+from app.cli import upstream_connections
 from app.connections import GuardedProtocol, Notices, connection_cap
 from app.options.server import ServerSettings
 from app.serving import make_server
-from app.settings import load_settings
+from app.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +76,33 @@ def test_the_cap_is_lowered_to_what_the_open_files_limit_leaves(
     assert connection_cap(100) == 100
 
 
+def test_each_stream_s_upstream_connection_is_counted_against_the_open_files_limit(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client connection holds at most one upstream connection (a stream): c clients hold
+    c + min(c, pools) descriptors, with a quarter (at most 512) kept for the rest."""
+    small = FakeLimits(1024, 1024, settable=False)
+    monkeypatch.setattr(resource, "getrlimit", small.getrlimit)
+    with caplog.at_level(logging.WARNING, "app.connections"):
+        assert connection_cap(2048, 1024) == 384  # 384 clients + 384 upstream + 256
+    assert "lowered to 384" in caplog.text and "upstream connection too (up to 1024)" in caplog.text
+    assert connection_cap(2048, 100) == 668  # 668 + 100 + 256
+    assert connection_cap(300, 1024) == 300  # 300 + 300 + 256 fit
+    usual = FakeLimits(4096, 4096, settable=False)
+    monkeypatch.setattr(resource, "getrlimit", usual.getrlimit)
+    assert connection_cap(2048, 1024) == 2048  # the defaults fit the smallest common limit
+    assert connection_cap(2048, 2048) == 1792  # two full pools do not: 1792 x 2 + 512
+
+
+def test_the_gateway_counts_every_upstream_pool(tmp_path: Path) -> None:
+    one = Settings(upstream_url="http://127.0.0.1:1", data_dir=tmp_path)
+    assert upstream_connections(one) == 1024
+    unlimited = Settings(
+        upstream_url="http://127.0.0.1:1", upstream_max_connections=0, data_dir=tmp_path
+    )
+    assert upstream_connections(unlimited) == 2048  # one per client connection
+
+
 def test_notices_log_one_line_per_kind_and_interval_with_a_count(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -99,7 +127,7 @@ def test_notices_log_one_line_per_kind_and_interval_with_a_count(
 
 
 def test_make_server_gives_uvicorn_the_guarded_protocol(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(serving, "connection_cap", lambda wanted: wanted)
+    monkeypatch.setattr(serving, "connection_cap", lambda wanted, upstream: wanted)
     settings = ServerSettings(keep_alive_timeout_seconds=7, max_connections=33)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
