@@ -15,7 +15,9 @@ scope, a lock and an ASGI message per event). What it keeps of it, each covered 
 
 **Coalescing.** The frames iterator is stepped by hand (:func:`_step`): a frame it produces
 without waiting joins the ones pending, and what is pending is sent, in one ASGI message, just
-before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending;
+before the iterator would wait (for the upstream, a tool), once ``FLUSH_BYTES`` are pending, or
+when the iterator yields ``FLUSH`` (an empty frame: the gateway's streams send their first event
+so, even when the upstream's whole answer is already read);
 at the end, in the last message, and before an exception of the iterator propagates.
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
@@ -23,7 +25,9 @@ per event. Waiting is passed through untouched: the task waits on the iterator's
 future, and a cancellation (the client gone, the drain's cut in ``app.api.drain``, the send
 timeout) is thrown into the iterator where it waits, exactly as if it were awaited directly; one
 that comes while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`),
-so the iterator is never left in the middle of a step, unable to be closed.
+so the iterator is never left in the middle of a step, unable to be closed. One that comes
+while a write is made with the iterator where it yielded (``FLUSH``, ``FLUSH_BYTES``) is thrown
+in there (``athrow``), for the same reason.
 
 **Sends.** The start and the last message go through the ASGI ``send`` the response is given
 (every middleware sees them); the chunks in between, through the server's own ``send`` when
@@ -38,8 +42,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Generator, Mapping
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Mapping
+from typing import Any, cast
 
 from starlette.background import BackgroundTask
 from starlette.responses import Response
@@ -52,6 +56,8 @@ logger = logging.getLogger(__name__)
 PING_FRAME = b": ping\n\n"
 # Pending bytes that are sent without waiting for the iterator to pause (a long burst).
 FLUSH_BYTES = 64 * 1024
+# A frame that is no frame: what is pending is sent now.
+FLUSH = b""
 
 
 class StreamSendTimeout(Exception):
@@ -110,12 +116,18 @@ class _Passed:
                     return done.value  # type: ignore[no-any-return]
 
 
-def _step(frames: AsyncIterator[bytes]) -> tuple[bytes | None, _Passed | None]:
-    """Start the next ``__anext__`` of ``frames``: ``(frame, None)`` when it produced a frame
+def _step(
+    frames: AsyncIterator[bytes], throw: BaseException | None = None
+) -> tuple[bytes | None, _Passed | None]:
+    """Start the next ``__anext__`` of ``frames`` (with ``throw``: ``athrow(throw)``, the
+    exception raised where the iterator yielded): ``(frame, None)`` when it produced a frame
     without waiting, ``(None, rest)`` when it waits (``await rest`` gives the frame, or raises
     ``StopAsyncIteration`` when the iterator ends after waiting). Raises ``_Stop`` at the end of
     the iterator, and whatever the iterator raises."""
-    step = frames.__anext__().__await__()
+    if throw is None:
+        step = frames.__anext__().__await__()
+    else:
+        step = cast(AsyncGenerator[bytes, None], frames).athrow(throw).__await__()
     try:
         first = step.send(None)
     except StopIteration as done:
@@ -253,9 +265,11 @@ class _Sending:
         frames = self.frames
         pending: list[bytes] = []
         size = 0
+        throw: asyncio.CancelledError | None = None
         while True:
             try:
-                frame, rest = _step(frames)
+                frame, rest = _step(frames, throw)
+                throw = None
             except _Stop:
                 break
             except Exception:
@@ -280,11 +294,24 @@ class _Sending:
                 except StopAsyncIteration:  # the iterator ended after it waited
                     break
             assert frame is not None
-            pending.append(frame)
-            size += len(frame)
-            if size >= FLUSH_BYTES:
-                await self._write(b"".join(pending))
-                pending, size = [], 0
+            if frame:
+                pending.append(frame)
+                size += len(frame)
+                if size < FLUSH_BYTES:
+                    continue
+            elif not pending:  # FLUSH with nothing pending
+                continue
+            # FLUSH, or FLUSH_BYTES pending: sent while the iterator sits where it yielded.
+            body = b"".join(pending)
+            pending, size = [], 0
+            try:
+                await self._write(body)
+            except asyncio.CancelledError as exc:
+                if not hasattr(frames, "athrow"):
+                    raise
+                # As when it waits: the cancellation is the iterator's own, raised where it
+                # yielded (it may end the stream with frames of its own).
+                throw = exc
         last = b"".join(pending)
         self._closing = True  # no ping after (or racing) the last message
         self._send_began = self._loop.time()

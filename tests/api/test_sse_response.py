@@ -25,8 +25,17 @@ from starlette.types import Message, Scope
 
 from app.api.drain import OPEN_STREAMS
 from app.api.sse import GatewayEventSource, event_stream_response
-from app.api.sse_response import FLUSH_BYTES, PING_FRAME, EventStreamResponse, StreamSendTimeout
+from app.api.sse_response import (
+    FLUSH,
+    FLUSH_BYTES,
+    PING_FRAME,
+    EventStreamResponse,
+    StreamSendTimeout,
+)
+from app.main import create_app
+from app.settings import Settings
 from tests.api.upstreams import build_upstream, parse_sse, serve_gateway, stream_events
+from tests.fakes import FakeUpstream, message, round_events
 from tests.helpers import serve_in_thread
 
 GET: Scope = {"type": "http", "method": "GET", "path": "/v1/responses", "headers": []}
@@ -230,6 +239,46 @@ async def test_a_long_burst_is_split_once_flush_bytes_are_pending() -> None:
     assert client.body() == frame * count
 
 
+async def test_flush_sends_what_is_pending_at_once_and_is_no_frame() -> None:
+    async def frames() -> AsyncIterator[bytes]:
+        yield b"a"
+        yield FLUSH
+        yield FLUSH  # nothing pending: no message
+        yield b"b"
+        yield b"c"
+
+    client = Client()
+    await serve(EventStreamResponse(frames()), client)
+    assert [(m["body"], m["more_body"]) for m in client.bodies] == [(b"a", True), (b"bc", False)]
+
+
+async def test_the_gateway_sends_its_first_event_at_once_when_the_whole_answer_is_read(
+    tmp_path: Any,
+) -> None:
+    """An upstream whose whole answer is already read (a fast model, a short answer): the
+    stream's frames are all made without waiting, yet ``response.created`` goes out alone,
+    first, not with the rest at the end (its time to first byte)."""
+    upstream = FakeUpstream(events=round_events([message("hello")]))
+    app = create_app(
+        Settings(upstream_url="http://127.0.0.1:1", data_dir=tmp_path), upstream=upstream
+    )
+    body = b'{"model": "m", "input": "hi", "stream": true, "store": false}'
+    scope: Scope = {
+        **GET,
+        "method": "POST",
+        "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
+    }
+    client = Client()
+    client._inbox = asyncio.Queue()
+    client._inbox.put_nowait({"type": "http.request", "body": body, "more_body": False})
+    async with app.router.lifespan_context(app):
+        await app(scope, client.receive, client.send)
+    first, *rest = client.bodies
+    assert [frame.event for frame in parse_sse(first["body"].decode())] == ["response.created"]
+    assert len(rest) == 1 and rest[0]["more_body"] is False  # the rest: one write
+    assert rest[0]["body"].endswith(b"data: [DONE]\n\n")
+
+
 async def test_an_empty_stream_is_one_empty_last_message() -> None:
     async def frames() -> AsyncIterator[bytes]:
         return
@@ -399,7 +448,9 @@ async def test_a_stream_cut_by_the_drain_ends_with_error_response_failed_and_don
     assert sent[2]["response"]["id"] == "resp_cut"
     assert sent[2]["response"]["status"] == "failed"
     assert client.bodies[-1]["more_body"] is False
-    assert trace[0] == "waits" and trace[2:4] == ["cancelled where it waits", "events closed"]
+    # response.created went out at once (the first event), before the iterator waited.
+    assert trace[0].startswith("send event: response.created")
+    assert trace[1:4] == ["waits", "cancelled where it waits", "events closed"]
     assert task.cancelling() == 0
     assert OPEN_STREAMS.cut() == 0  # the stream left the open streams
 
@@ -623,10 +674,45 @@ async def test_a_stream_cut_while_a_send_waits_still_ends_with_the_closing_event
     cut_restored: None,
 ) -> None:
     trace: list[str] = []
+    gate = future()
 
     async def events() -> AsyncIterator[dict[str, Any]]:
         try:
             yield created("resp_cut")
+            await gate  # the upstream's first delta
+            yield {"type": "response.in_progress", "sequence_number": 1}
+            await wait_on(future(), trace)
+        finally:
+            trace.append("events closed")
+
+    client = Client(trace)
+    task = serve(event_stream_response(events()), client)
+    await until(lambda: len(client.bodies) == 1)  # response.created, at once
+    client.hold = future()  # the next write waits on the client
+    gate.set_result(None)
+    await until(lambda: len(client.bodies) == 2)
+    assert OPEN_STREAMS.cut() == 1
+    await task
+    assert trace[1:5] == ["waits", trace[2], "send cancelled", "cancelled where it waits"]
+    assert "events closed" in trace
+    # The interrupted write is the client's loss; the closing events and [DONE] follow it.
+    text = b"".join(m["body"] for m in client.bodies[2:]).decode()
+    assert [e["type"] for e in stream_events(text)] == ["error", "response.failed"]
+    assert client.bodies[-1]["more_body"] is False
+    assert not task.cancelled() and task.cancelling() == 0
+
+
+async def test_a_stream_cut_while_its_first_event_is_sent_ends_with_the_closing_events(
+    cut_restored: None,
+) -> None:
+    """The first event is sent where the iterator yielded it (``FLUSH``), before it goes on: a
+    cut then is raised in the iterator there, which ends the stream with its closing events."""
+    trace: list[str] = []
+
+    async def events() -> AsyncIterator[dict[str, Any]]:
+        try:
+            yield created("resp_cut")
+            trace.append("went on")
             await wait_on(future(), trace)
         finally:
             trace.append("events closed")
@@ -637,11 +723,10 @@ async def test_a_stream_cut_while_a_send_waits_still_ends_with_the_closing_event
     await until(lambda: len(client.bodies) == 1)
     assert OPEN_STREAMS.cut() == 1
     await task
-    assert trace[:4] == ["waits", trace[1], "send cancelled", "cancelled where it waits"]
-    assert "events closed" in trace
-    # The interrupted write is the client's loss; the closing events and [DONE] follow it.
+    assert trace[1:3] == ["send cancelled", "events closed"]  # never went on
     text = b"".join(m["body"] for m in client.bodies[1:]).decode()
     assert [e["type"] for e in stream_events(text)] == ["error", "response.failed"]
+    assert text.endswith("data: [DONE]\n\n")
     assert client.bodies[-1]["more_body"] is False
     assert not task.cancelled() and task.cancelling() == 0
 
