@@ -89,12 +89,21 @@ async def until(condition: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
+async def holding_the_only_connection(
+    upstream: HttpUpstream, gate: Gate
+) -> asyncio.Task[JsonObject]:
+    """A request that holds the pool's one connection until ``gate`` is released."""
+    url = f"{upstream.base_url}/v1/responses"
+    first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
+    await until(lambda: gate.held == 1, "the first request reached the upstream")
+    return first
+
+
 async def second_waits(upstream: HttpUpstream, gate: Gate, hold: float) -> list[object]:
     """Two requests on a pool of one: the second waits until the first is answered, ``hold``
     seconds after the second was seen waiting."""
     url = f"{upstream.base_url}/v1/responses"
-    first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
-    await until(lambda: gate.held == 1, "the first request reached the upstream")
+    first = await holding_the_only_connection(upstream, gate)
     second = asyncio.create_task(upstream.post_json(url, {"n": 2}, {}))
     await until(lambda: upstream.pool.waiting == 1, "the second request waits")
     await asyncio.sleep(hold)
@@ -191,8 +200,7 @@ async def test_a_request_that_gives_up_waiting_is_counted_and_no_longer_waits(
     upstream.pool.watch(lambda name, seconds: waits.append(seconds))
     try:
         url = f"{upstream_url}/v1/responses"
-        first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
-        await until(lambda: gate.held == 1, "the first request reached the upstream")
+        first = await holding_the_only_connection(upstream, gate)
         with pytest.raises(UpstreamBusyError) as busy:
             await upstream.post_json(url, {"n": 2}, {})
         assert busy.value.status_code == 503 and busy.value.code == "upstream_busy"
@@ -222,8 +230,7 @@ async def test_a_busy_pool_is_neither_retried_nor_counted_by_the_circuit_breaker
     upstream.pool.watch(lambda name, seconds: waits.append(seconds))
     try:
         url = f"{upstream_url}/v1/responses"
-        first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
-        await until(lambda: gate.held == 1, "the first request reached the upstream")
+        first = await holding_the_only_connection(upstream, gate)
         for n in (2, 3):
             with pytest.raises(UpstreamBusyError):
                 await upstream.post_json(url, {"n": n}, {})
@@ -244,8 +251,7 @@ async def test_a_full_pool_does_not_make_the_upstream_look_unready(
     upstream = HttpUpstream(upstream_url, max_connections=1)
     try:
         url = f"{upstream_url}/v1/responses"
-        first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
-        await until(lambda: gate.held == 1, "the first request reached the upstream")
+        first = await holding_the_only_connection(upstream, gate)
         second = asyncio.create_task(upstream.post_json(url, {"n": 2}, {}))
         await until(lambda: upstream.pool.waiting == 1, "the second request waits")
         assert await asyncio.wait_for(upstream.check_ready(), 4) is True
@@ -270,8 +276,7 @@ async def test_the_metrics_count_the_wait_and_gauge_the_waiting(
     assert registry.get_sample_value(wait_count, labels) == 0  # exported from the start
     try:
         url = f"{upstream_url}/v1/responses"
-        first = asyncio.create_task(upstream.post_json(url, {"n": 1}, {}))
-        await until(lambda: gate.held == 1, "the first request reached the upstream")
+        first = await holding_the_only_connection(upstream, gate)
         second = asyncio.create_task(upstream.post_json(url, {"n": 2}, {}))
         await until(lambda: upstream.pool.waiting == 1, "the second request waits")
         metrics.flush()
