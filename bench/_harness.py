@@ -111,6 +111,28 @@ def free_port() -> int:
         return port
 
 
+def serve_command(port: int, upstream_url: str, data_dir: str, *more: str) -> list[str]:
+    """``respgate serve`` (``python -m app.cli serve``) on 127.0.0.1:``port`` in front of
+    ``upstream_url``, logging warnings only, its data in ``data_dir``; ``more``: further flags."""
+    return [
+        sys.executable,
+        "-m",
+        "app.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--upstream-url",
+        upstream_url,
+        "--log-level",
+        "warning",
+        "--data-dir",
+        data_dir,
+        *more,
+    ]
+
+
 def system_busy_seconds() -> float:
     """CPU seconds spent busy on all cores since boot (/proc/stat, everything but idle+iowait)."""
     with open("/proc/stat") as fh:

@@ -65,6 +65,7 @@ from _harness import (
     mock_server,
     pin_layout,
     running,
+    serve_command,
     summarize,
     system_busy_seconds,
     use_ref,
@@ -258,24 +259,7 @@ def run_load_part(args: argparse.Namespace, shared: Path) -> dict[str, Any]:
 
     def gateway(name: str, kind: str) -> Server:
         port = free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--upstream-url",
-            mock.base,
-            "--upstream-kind",
-            kind,
-            "--log-level",
-            "warning",
-            "--data-dir",
-            str(data_root / name),
-        ]
+        cmd = serve_command(port, mock.base, str(data_root / name), "--upstream-kind", kind)
         return Server(name, cmd, port)
 
     servers = {

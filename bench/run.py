@@ -45,6 +45,7 @@ from _harness import (
     run_load,
     run_paced_load,
     running,
+    serve_command,
     summarize,
     use_ref,
 )
@@ -382,22 +383,7 @@ def gateway_server(
             args.whatif,
         ]
     else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--upstream-url",
-            upstream,
-            "--log-level",
-            "warning",
-            "--data-dir",
-            data_dir,
-        ]
+        cmd = serve_command(port, upstream, data_dir)
         if args.workers != 1:  # a ref from before --workers takes no such flag
             cmd += ["--workers", str(args.workers)]
         if args.database_url:

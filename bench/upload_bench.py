@@ -95,22 +95,7 @@ def main() -> None:
     provenance = _harness.use_ref(args.ref)
     port = _harness.free_port()
     with tempfile.TemporaryDirectory(prefix="respgate-upload-") as data_dir:
-        cmd = [
-            sys.executable,
-            "-m",
-            "app.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--upstream-url",
-            "http://127.0.0.1:9",
-            "--log-level",
-            "warning",
-            "--data-dir",
-            data_dir,
-        ]
+        cmd = _harness.serve_command(port, "http://127.0.0.1:9", data_dir)
         env = {"RESPGATE_EMBEDDINGS_PROVIDER": "upstream"}
         if args.widen_zip_checks:
             env["RESPGATE_EXTRACTION__MAX_UNZIPPED_MB"] = "100000"

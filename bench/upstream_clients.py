@@ -41,6 +41,7 @@ from _harness import (
     mock_server,
     run_load,
     running,
+    serve_command,
     summarize,
     use_ref,
 )
@@ -108,22 +109,7 @@ def main() -> int:
         targets.append(
             Server(
                 "respgate serve",
-                [
-                    sys.executable,
-                    "-m",
-                    "app.cli",
-                    "serve",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    str(port),
-                    "--upstream-url",
-                    mock.base,
-                    "--log-level",
-                    "warning",
-                    "--data-dir",
-                    tempfile.mkdtemp(prefix="respgate-bench-data-"),
-                ],
+                serve_command(port, mock.base, tempfile.mkdtemp(prefix="respgate-bench-data-")),
                 port,
             )
         )

@@ -42,7 +42,14 @@ import websockets
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _harness import DEFAULT_SHARED_BENCH, Server, free_port, mock_server, running
+from _harness import (
+    DEFAULT_SHARED_BENCH,
+    Server,
+    free_port,
+    mock_server,
+    running,
+    serve_command,
+)
 
 MODEL = "m"
 
@@ -202,22 +209,7 @@ def main() -> None:
     mock = mock_server(args.shared_bench, free_port(), None)
     port = free_port()
     data_dir = tempfile.mkdtemp(prefix="respgate-ws-bench-")
-    cmd = [
-        sys.executable,
-        "-m",
-        "app.cli",
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--upstream-url",
-        mock.base,
-        "--log-level",
-        "warning",
-        "--data-dir",
-        data_dir,
-    ]
+    cmd = serve_command(port, mock.base, data_dir)
     gateway = Server("gateway", cmd, port)
     with running([mock, gateway]):
         rows = asyncio.run(measure(gateway.base, mock.base, args))
