@@ -45,6 +45,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from app.core.summarized import Summarized
 from app.options.server import ServerSettings
 
 logger = logging.getLogger(__name__)
@@ -76,31 +77,28 @@ _DESCRIBE = {
 
 
 class Notices:
-    """Counts each kind of event and logs one line per kind at most once per ``interval``."""
+    """One warning line per kind and ``interval`` at most (``app.logs.Summarized``): the
+    first connection of a kind at once, those after it within the interval counted in one
+    line, each naming the last client."""
 
     def __init__(self, settings: ServerSettings, cap: int, interval: float = 1.0) -> None:
-        self._values = {
+        values = {
             "header": settings.header_timeout_seconds,
             "body": settings.body_timeout_seconds,
             "cap": cap,
         }
-        self._interval = interval
-        self._counts: dict[str, int] = {}
-        self._clients: dict[str, str] = {}
-        self._flush_handle: asyncio.TimerHandle | None = None
 
-    def note(self, loop: asyncio.AbstractEventLoop, kind: str, client: Any) -> None:
-        self._counts[kind] = self._counts.get(kind, 0) + 1
-        self._clients[kind] = f"{client[0]}:{client[1]}" if client else "an unknown address"
-        if self._flush_handle is None:
-            self._flush_handle = loop.call_later(self._interval, self.flush)
+        def kind_of(kind: str) -> Summarized[str]:
+            def tell(clients: list[str]) -> None:
+                text = _DESCRIBE[kind].format(count=len(clients), client=clients[-1], **values)
+                logger.warning("%s", text)
 
-    def flush(self) -> None:
-        self._flush_handle = None
-        counts, self._counts = self._counts, {}
-        for kind, count in counts.items():
-            text = _DESCRIBE[kind].format(count=count, client=self._clients[kind], **self._values)
-            logger.warning("%s", text)
+            return Summarized(lambda client: tell([client]), tell, interval)
+
+        self._kinds = {kind: kind_of(kind) for kind in _DESCRIBE}
+
+    def note(self, kind: str, client: Any) -> None:
+        self._kinds[kind].note(f"{client[0]}:{client[1]}" if client else "an unknown address")
 
 
 def _answer(status: int, code: str, message: str, state: ServerState, *extra: bytes) -> bytes:
@@ -143,7 +141,7 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.cap and not self._evict_one():
-            self.notices.note(self.loop, _CAP, self.client)
+            self.notices.note(_CAP, self.client)
             message = "The server has too many open connections; try again shortly."
             retry = b"retry-after: 1\r\n"
             self._end(_answer(503, "too_many_connections", message, self.server_state, retry))
@@ -156,7 +154,7 @@ class GuardedProtocol(HttpToolsProtocol):
         one."""
         for victim in self.waiting:
             del self.waiting[victim]
-            self.notices.note(self.loop, _EVICTED, victim.client)
+            self.notices.note(_EVICTED, victim.client)
             victim._end(None)
             return True
         return False
@@ -258,7 +256,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def _head_timed_out(self) -> None:
-        self.notices.note(self.loop, _HEAD_TIMEOUT, self.client)
+        self.notices.note(_HEAD_TIMEOUT, self.client)
         answer = None
         if self._head_begun and (self.cycle is None or self.cycle.response_complete):
             message = (  # part of a request came: it is answered
@@ -269,7 +267,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._end(answer)
 
     def _body_timed_out(self) -> None:
-        self.notices.note(self.loop, _BODY_TIMEOUT, self.client)
+        self.notices.note(_BODY_TIMEOUT, self.client)
         cycle, answer = self.cycle, None
         if cycle is not None and not cycle.response_started:
             cycle.disconnected = True  # the application sees its client gone, sends nothing

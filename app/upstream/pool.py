@@ -20,7 +20,6 @@ seconds, not one per request).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from aiohttp.connector import Connection
 from aiohttp.tracing import Trace
 
 from app.core.ports import PoolReport, PoolWaitObserver
+from app.core.summarized import Summarized
 from app.errors import UpstreamBusyError
 
 logger = logging.getLogger(__name__)
@@ -107,14 +107,10 @@ class PoolWatch:
         self.name = name
         self.limit = limit
         self.warn_after = warn_after
-        self.interval = interval
         self.waiting = 0
         self._observers: list[PoolWaitObserver] = []
-        # The waits over warn_after since the last line, the longest, how many gave up.
-        self._over = 0
-        self._longest = 0.0
-        self._gave_up = 0
-        self._timer: asyncio.TimerHandle | None = None
+        # The waits of warn_after or more: (seconds, gave up), a line per interval at most.
+        self._long_waits = Summarized(self._tell_first, self._tell_more, interval)
         trace = aiohttp.TraceConfig(trace_config_ctx_factory=_WaitContext)
         trace.on_connection_queued_start.append(self._queued)
         trace.on_connection_queued_end.append(self._dequeued)
@@ -154,57 +150,37 @@ class PoolWatch:
             except Exception:  # a broken observer must not fail the request
                 logger.exception("upstream %s: a pool wait observer failed", self.name)
         if seconds >= self.warn_after:
-            self._note(seconds, gave_up)
+            self._long_waits.note((seconds, gave_up))
         return seconds
 
-    def _note(self, seconds: float, gave_up: bool) -> None:
-        if self._timer is None:
-            what = "gave up after waiting" if gave_up else "waited"
-            logger.warning(
-                "upstream %s: a request %s %.2f s for a connection: the pool's %d connections "
-                "were all in use (max_connections), %d requests wait now; raise "
-                "max_connections to the server's concurrency (vLLM max_num_seqs), or 0: no limit",
-                self.name,
-                what,
-                seconds,
-                self.limit,
-                self.waiting,
-            )
-            self._timer = asyncio.get_running_loop().call_later(self.interval, self.flush)
-            return
-        self._over += 1
-        self._longest = max(self._longest, seconds)
-        self._gave_up += gave_up
+    def _tell_first(self, wait: tuple[float, bool]) -> None:
+        seconds, gave_up = wait
+        logger.warning(
+            "upstream %s: a request %s %.2f s for a connection: the pool's %d connections "
+            "were all in use (max_connections), %d requests wait now; raise "
+            "max_connections to the server's concurrency (vLLM max_num_seqs), or 0: no limit",
+            self.name,
+            "gave up after waiting" if gave_up else "waited",
+            seconds,
+            self.limit,
+            self.waiting,
+        )
 
-    def flush(self) -> None:
-        """The end of an interval: the summary line of its waits, which opens the next one;
-        none when there were none."""
-        self._timer = None
-        if self._over:
-            self._summarize()
-            self._timer = asyncio.get_running_loop().call_later(self.interval, self.flush)
-
-    def close(self) -> None:
-        """Stop the timer and log what is still untold (``HttpUpstream.aclose``)."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if self._over:
-            self._summarize()
-
-    def _summarize(self) -> None:
-        over, longest, gave_up = self._over, self._longest, self._gave_up
-        self._over, self._longest, self._gave_up = 0, 0.0, 0
+    def _tell_more(self, waits: list[tuple[float, bool]]) -> None:
         logger.warning(
             "upstream %s: %d more requests waited %g s or more for a connection in the last "
             "%g s (longest %.2f s, %d gave up): the pool's %d connections were all in use "
             "(max_connections), %d requests wait now",
             self.name,
-            over,
+            len(waits),
             self.warn_after,
-            self.interval,
-            longest,
-            gave_up,
+            self._long_waits.interval,
+            max(seconds for seconds, _ in waits),
+            sum(gave_up for _, gave_up in waits),
             self.limit,
             self.waiting,
         )
+
+    def close(self) -> None:
+        """Log what is still untold (``HttpUpstream.aclose``)."""
+        self._long_waits.close()
