@@ -252,20 +252,38 @@ async def test_flush_sends_what_is_pending_at_once_and_is_no_frame() -> None:
     assert [(m["body"], m["more_body"]) for m in client.bodies] == [(b"a", True), (b"bc", False)]
 
 
+@pytest.mark.parametrize(
+    ("path", "body", "first", "last"),
+    [
+        (
+            "/v1/responses",
+            b'{"model": "m", "input": "hi", "stream": true, "store": false}',
+            "response.created",
+            b"data: [DONE]\n\n",
+        ),
+        (
+            "/v1/messages",
+            b'{"model": "m", "max_tokens": 64, "stream": true,'
+            b' "messages": [{"role": "user", "content": "hi"}]}',
+            "message_start",
+            b"event: message_stop\n",
+        ),
+    ],
+)
 async def test_the_gateway_sends_its_first_event_at_once_when_the_whole_answer_is_read(
-    tmp_path: Any,
+    tmp_path: Any, path: str, body: bytes, first: str, last: bytes
 ) -> None:
     """An upstream whose whole answer is already read (a fast model, a short answer): the
-    stream's frames are all made without waiting, yet ``response.created`` goes out alone,
-    first, not with the rest at the end (its time to first byte)."""
+    stream's frames are all made without waiting, yet its first event goes out alone, first,
+    not with the rest at the end (its time to first byte)."""
     upstream = FakeUpstream(events=round_events([message("hello")]))
     app = create_app(
         Settings(upstream_url="http://127.0.0.1:1", data_dir=tmp_path), upstream=upstream
     )
-    body = b'{"model": "m", "input": "hi", "stream": true, "store": false}'
     scope: Scope = {
         **GET,
         "method": "POST",
+        "path": path,
         "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))],
     }
     client = Client()
@@ -273,10 +291,10 @@ async def test_the_gateway_sends_its_first_event_at_once_when_the_whole_answer_i
     client._inbox.put_nowait({"type": "http.request", "body": body, "more_body": False})
     async with app.router.lifespan_context(app):
         await app(scope, client.receive, client.send)
-    first, *rest = client.bodies
-    assert [frame.event for frame in parse_sse(first["body"].decode())] == ["response.created"]
+    opening, *rest = client.bodies
+    assert [frame.event for frame in parse_sse(opening["body"].decode())] == [first]
     assert len(rest) == 1 and rest[0]["more_body"] is False  # the rest: one write
-    assert rest[0]["body"].endswith(b"data: [DONE]\n\n")
+    assert last in rest[0]["body"]
 
 
 async def test_an_empty_stream_is_one_empty_last_message() -> None:
