@@ -77,7 +77,7 @@ _DESCRIBE = {
 
 
 class Notices:
-    """One warning line per kind and ``interval`` at most (``app.logs.Summarized``): the
+    """One warning line per kind and ``interval`` at most (``core.summarized.Summarized``): the
     first connection of a kind at once, those after it within the interval counted in one
     line, each naming the last client."""
 
