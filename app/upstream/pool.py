@@ -2,12 +2,14 @@
 
 Each upstream's aiohttp pool holds at most ``max_connections`` connections (0: no limit); a
 request past them waits in aiohttp's connector until one is released, and that wait counts
-against ``connect_timeout`` (past it the request fails as a connect timeout: 504). A
-``PoolWatch`` measures each wait with aiohttp's own trace hooks, ``on_connection_queued_start``
-and ``on_connection_queued_end``, which aiohttp fires only for a request that found the pool
-full; its ``WatchedConnector`` hands the trace to the connection step alone (see there why),
-and ends the wait of a request that gave up waiting (timed out, cancelled). A request that
-found a free connection is neither timed nor counted.
+against ``connect_timeout``: past it the request fails with 503 ``upstream_busy``
+(``UpstreamBusyError``; the upstream is busy, not failing, so the gateway does not retry it and
+its circuit breaker does not count it; a TCP connect that times out after the wait is still a
+504). A ``PoolWatch`` measures each wait with aiohttp's own trace hooks,
+``on_connection_queued_start`` and ``on_connection_queued_end``, which aiohttp fires only for a
+request that found the pool full; its ``WatchedConnector`` hands the trace to the connection
+step alone (see there why), and ends the wait of a request that gave up waiting (timed out,
+cancelled). A request that found a free connection is neither timed nor counted.
 
 For every wait, ``PoolWatch`` keeps how many requests wait now (``report``: ``/ready`` and the
 ``respgate_upstream_pool_waiting`` gauge) and tells its observers the seconds waited (the
