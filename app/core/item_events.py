@@ -11,6 +11,8 @@ fields read here have their types, so only the item and part objects' own fields
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from app.core.item_state import ItemSlot, OutputItems
@@ -310,29 +312,23 @@ class ItemEvents:
 _PART_ADDRESS = ("item_id", "output_index", "content_index")
 
 
+@dataclass(slots=True)
 class _DeltaTarget:
     """Where a text delta went: its upstream address (``key``: type, item id, output and
     content index), the slot, the part's position, the client's address of it, the part and
     its text field."""
 
-    __slots__ = ("address", "field", "key", "logprobs", "part", "position", "slot")
+    key: tuple[Any, Any, Any, Any]
+    slot: ItemSlot
+    position: int
+    address: JsonObject
+    part: JsonObject
+    field: str
+    # An output_text delta without logprobs gets ``[]``, as ``_text_event`` gives it.
+    logprobs: bool = dataclass_field(init=False)
 
-    def __init__(
-        self,
-        key: tuple[Any, Any, Any, Any],
-        slot: ItemSlot,
-        position: int,
-        address: JsonObject,
-        part: JsonObject,
-        field: str,
-    ) -> None:
-        self.key = key
-        self.slot = slot
-        self.position = position
-        self.address = address
-        self.part = part
-        self.field = field
-        self.logprobs = _delta_part_type(key[0]) == "output_text"
+    def __post_init__(self) -> None:
+        self.logprobs = _delta_part_type(self.key[0]) == "output_text"
 
 
 def _copy_event(event: UpstreamEvent, kind: str) -> JsonObject:

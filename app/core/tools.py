@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 from app.core.tenancy import DEFAULT_TENANT
 from app.protocol.items import ItemKind
@@ -125,7 +125,6 @@ class ToolBatch(Protocol):
         ...
 
 
-@runtime_checkable
 class NamedTool(Protocol):
     """An executor that names its tool for logs and hooks (``namespace::tool``); the others
     are named by their upstream function name."""
@@ -133,7 +132,6 @@ class NamedTool(Protocol):
     qualified_name: str
 
 
-@runtime_checkable
 class BatchedToolExecutor(ToolExecutor, Protocol):
     """An executor whose calls of one round go to its ``batch`` together with the other calls
     of the same batch (the loop groups them), instead of one ``run`` each."""
@@ -141,9 +139,9 @@ class BatchedToolExecutor(ToolExecutor, Protocol):
     batch: ToolBatch
 
 
-# ``isinstance`` against a runtime-checkable protocol walks the protocol's members on every
-# call (23-34 µs each on CPython 3.11, several per tool round): the two below read the one
-# attribute that tells instead.
+# Not runtime-checkable: ``isinstance`` against such a protocol walks its members on every call
+# (23-34 µs each on CPython 3.11, several per tool round); the two below read the one attribute
+# that tells instead.
 
 
 def batch_of(executor: ToolExecutor) -> ToolBatch | None:
