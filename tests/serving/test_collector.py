@@ -1,0 +1,61 @@
+"""``app.collector.settle_heap``: the start-up heap frozen out of the collector's way, the young
+threshold raised; and ``serve_together`` calls it once the servers listen."""
+
+from __future__ import annotations
+
+import gc
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app import collector, serving
+
+
+@pytest.fixture
+def collector_restored() -> Iterator[None]:
+    thresholds = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*thresholds)
+
+
+def test_the_heap_left_after_a_collection_is_frozen_and_the_thresholds_set(
+    collector_restored: None,
+) -> None:
+    kept = [[n] for n in range(1000)]  # live objects: frozen, not collected
+    garbage: list[object] = []
+    garbage.append(garbage)  # a cycle: collected first, never frozen
+    del garbage
+    frozen = collector.settle_heap((12_345, 7, 3))
+    assert frozen == gc.get_freeze_count() >= len(kept)
+    assert gc.get_threshold() == (12_345, 7, 3)
+    assert not [o for o in gc.get_objects() if isinstance(o, list) and o and o[0] is o]
+    # A full collection now leaves the frozen objects alone.
+    gc.collect()
+    assert gc.get_freeze_count() == frozen
+
+
+async def test_the_servers_settle_the_heap_once_they_listen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    trace: list[str] = []
+    monkeypatch.setattr(serving, "settle_heap", lambda: trace.append("settled") or 0)
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    server = serving.make_server(app, "warning")
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+
+    def started() -> None:
+        trace.append("started")
+        server.should_exit = True
+
+    assert await serving.serve_together([(server, sock)], started) is True
+    assert trace == ["settled", "started"]
