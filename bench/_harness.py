@@ -315,6 +315,48 @@ class ProcSampler:
         self._thread.join()
 
 
+@dataclass
+class MeasuredRun:
+    """A client subprocess run by :func:`_run_measured` and what the machine did meanwhile."""
+
+    result: dict[str, Any]  # the client's last stdout line, parsed
+    wall: float  # seconds
+    ended: float  # monotonic time the client exited
+    used: list[float]  # CPU seconds of each watched server
+    bg_cpu_pct: float  # CPU of everything else on the machine, % of one core
+
+
+def _run_measured(
+    cmd: list[str], watched: Sequence[Server], timeout: float, what: str
+) -> MeasuredRun:
+    """Run the client ``cmd`` and account the CPU used meanwhile: by each server in
+    ``watched``, by the client (this process's children), and by everything else on the
+    machine (the noise indicator)."""
+    before = [s.cpu() for s in watched]
+    kids0 = os.times()
+    sys0 = system_busy_seconds()
+    wall0 = time.monotonic()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    ended = time.monotonic()
+    sys1 = system_busy_seconds()
+    kids1 = os.times()
+    used = [s.cpu() - b for s, b in zip(watched, before, strict=True)]
+    client_cpu = (kids1.children_user - kids0.children_user) + (
+        kids1.children_system - kids0.children_system
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{what} failed ({out.returncode}): {out.stderr[-2000:]}")
+    wall = ended - wall0
+    background = max((sys1 - sys0) - sum(used) - client_cpu, 0.0)
+    return MeasuredRun(
+        result=json.loads(out.stdout.strip().splitlines()[-1]),
+        wall=wall,
+        ended=ended,
+        used=used,
+        bg_cpu_pct=round(background / wall * 100, 1),
+    )
+
+
 def run_load(
     shared_bench: Path,
     url: str,
@@ -356,39 +398,24 @@ def run_load(
     if cpus is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", cpus, *cmd]
     watched = [s for s in (server, *others) if s is not None]
-    ours0 = sum(s.cpu() for s in watched)
-    kids0 = os.times()
-    sys0 = system_busy_seconds()
-    cpu0 = server.cpu() if server else None
     main0 = server.main_thread_cpu() if server else None
-    wall0 = time.monotonic()
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 120)
-    wall = time.monotonic() - wall0
-    cpu1 = server.cpu() if server else None
+    run = _run_measured(cmd, watched, duration + 120, "load.py")
     main1 = server.main_thread_cpu() if server else None
-    sys1 = system_busy_seconds()
-    kids1 = os.times()
-    ours1 = sum(s.cpu() for s in watched)
-    loadgen_cpu = (kids1.children_user - kids0.children_user) + (
-        kids1.children_system - kids0.children_system
-    )
-    background = (sys1 - sys0) - (ours1 - ours0) - loadgen_cpu
-    if out.returncode != 0:
-        raise RuntimeError(f"load.py failed ({out.returncode}): {out.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    result["bg_cpu_pct"] = round(max(background, 0.0) / wall * 100, 1)
-    if cpu0 is not None and cpu1 is not None:
+    result = run.result
+    result["bg_cpu_pct"] = run.bg_cpu_pct
+    if server is not None:
         # The CPU window also covers load.py's start-up and warm-up requests; the warm-up is
         # added to the request count so the per-request figure stays honest.
-        result["server_cpu_s"] = round(cpu1 - cpu0, 3)
-        result["server_wall_s"] = round(wall, 3)
+        cpu = run.used[0]
+        result["server_cpu_s"] = round(cpu, 3)
+        result["server_wall_s"] = round(run.wall, 3)
         served = result["requests"] + warmup * concurrency
-        result["server_cpu_us_per_req"] = round((cpu1 - cpu0) / max(served, 1) * 1e6, 1)
+        result["server_cpu_us_per_req"] = round(cpu / max(served, 1) * 1e6, 1)
         if main0 is not None and main1 is not None:
             main = main1 - main0
             result["server_main_thread_cpu_us_per_req"] = round(main / max(served, 1) * 1e6, 1)
             result["server_other_threads_cpu_us_per_req"] = round(
-                max(cpu1 - cpu0 - main, 0.0) / max(served, 1) * 1e6, 1
+                max(cpu - main, 0.0) / max(served, 1) * 1e6, 1
             )
     if result.get("errors"):
         print(
@@ -439,25 +466,11 @@ def run_paced_load(
         cmd += ["-H", header]
     if cpus is not None and shutil.which("taskset"):
         cmd = ["taskset", "-c", cpus, *cmd]
-    watched = [server, *others]
-    before = [s.cpu() for s in watched]
-    kids0 = os.times()
-    sys0 = system_busy_seconds()
-    wall0 = time.monotonic()
     with ProcSampler(server) as sampler:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 600)
-        ended = time.monotonic()
-    wall = ended - wall0
-    sys1 = system_busy_seconds()
-    kids1 = os.times()
-    used = [s.cpu() - b for s, b in zip(watched, before, strict=True)]
-    client_cpu = (kids1.children_user - kids0.children_user) + (
-        kids1.children_system - kids0.children_system
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"paced.py failed ({out.returncode}): {out.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    result["bg_cpu_pct"] = round(max((sys1 - sys0) - sum(used) - client_cpu, 0.0) / wall * 100, 1)
+        run = _run_measured(cmd, [server, *others], duration + 600, "paced.py")
+    wall, ended, used = run.wall, run.ended, run.used
+    result = run.result
+    result["bg_cpu_pct"] = run.bg_cpu_pct
     result["server"] = server.name
     result["server_cpu_s"] = round(used[0], 3)
     result["server_cpu_pct"] = round(used[0] / wall * 100, 1)
