@@ -22,7 +22,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from app.api.drain import OPEN_STREAMS, closing_events
-from app.api.sse_response import FLUSH, EventStreamResponse, StreamSendTimeout
+from app.api.sse_response import EventStreamResponse, StreamSendTimeout
 from app.core.request_id import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,6 @@ async def _frames(
     response: dict[str, Any] | None = None
     number = 0
     waiting = True  # for the first delta
-    opened = False
     try:
         try:
             async for event in events:
@@ -75,11 +74,6 @@ async def _frames(
                     elif kind == "error":
                         watch.stream_error(event)
                 yield encode_event(event)
-                if not opened:
-                    # The first event (``response.created``) goes out at once, not with the
-                    # frames made after it before the stream waits (all of a fast answer).
-                    opened = True
-                    yield FLUSH
         except asyncio.CancelledError:
             # Cut at the end of a drain (app.api.drain): end the stream as a failure, unless
             # the task is cancelled for another reason too (the client left, a timeout).
@@ -160,8 +154,11 @@ def log_stalled(scope: Scope, send_timeout: float | None) -> None:
 def event_stream(
     frames: AsyncIterator[bytes], send_timeout: float | None = None
 ) -> GatewayEventSource:
-    """An SSE response of encoded ``frames``; ``send_timeout``: None (or 0) waits forever."""
-    return GatewayEventSource(frames, ping=15, send_timeout=send_timeout or None)
+    """An SSE response of encoded ``frames``, its first (``response.created``,
+    ``message_start``) sent at once; ``send_timeout``: None (or 0) waits forever."""
+    return GatewayEventSource(
+        frames, ping=15, send_timeout=send_timeout or None, first_at_once=True
+    )
 
 
 def event_stream_response(

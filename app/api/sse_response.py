@@ -15,10 +15,11 @@ scope, a lock and an ASGI message per event). What it keeps of it, each covered 
 
 **Coalescing.** The frames iterator is stepped by hand (:func:`_step`): a frame it produces
 without waiting joins the ones pending, and what is pending is sent, in one ASGI message, just
-before the iterator would wait (for the upstream, a tool), once ``FLUSH_BYTES`` are pending, or
-when the iterator yields ``FLUSH`` (an empty frame: the gateway's streams send their first event
-so, even when the upstream's whole answer is already read);
-at the end, in the last message, and before an exception of the iterator propagates.
+before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending;
+at the end, in the last message, and before an exception of the iterator propagates. With
+``first_at_once`` the first frame is sent at once, alone (the gateway's streams: the client's
+first event is not held back when the upstream's whole answer was read already and nothing
+waits).
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
 per event. Waiting is passed through untouched: the task waits on the iterator's own
@@ -26,8 +27,8 @@ future, and a cancellation (the client gone, the drain's cut in ``app.api.drain`
 timeout) is thrown into the iterator where it waits, exactly as if it were awaited directly; one
 that comes while the frames pending before that wait are sent too (:meth:`_Passed.cancelled`),
 so the iterator is never left in the middle of a step, unable to be closed. One that comes
-while a write is made with the iterator where it yielded (``FLUSH``, ``FLUSH_BYTES``) is thrown
-in there (``athrow``), for the same reason.
+while a write is made with the iterator where it yielded (the first frame, ``FLUSH_BYTES``) is
+thrown in there (``athrow``), for the same reason.
 
 **Sends.** The start and the last message go through the ASGI ``send`` the response is given
 (every middleware sees them); the chunks in between, through the server's own ``send`` when
@@ -56,8 +57,6 @@ logger = logging.getLogger(__name__)
 PING_FRAME = b": ping\n\n"
 # Pending bytes that are sent without waiting for the iterator to pause (a long burst).
 FLUSH_BYTES = 64 * 1024
-# A frame that is no frame: what is pending is sent now.
-FLUSH = b""
 
 
 class StreamSendTimeout(Exception):
@@ -161,6 +160,7 @@ class EventStreamResponse(Response):
         headers: Mapping[str, str] | None = None,
         ping: float = 15.0,
         send_timeout: float | None = None,
+        first_at_once: bool = False,
         background: BackgroundTask | None = None,
     ) -> None:
         self.body_iterator = frames
@@ -172,6 +172,7 @@ class EventStreamResponse(Response):
         self.init_headers(merged)
         self.ping = ping
         self.send_timeout = send_timeout or None
+        self.first_at_once = first_at_once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start: Message = {
@@ -196,6 +197,7 @@ class _Sending:
         "_chunk_send",
         "_closing",
         "_finished",
+        "_first_at_once",
         "_idle_ticks",
         "_loop",
         "_ping_task",
@@ -216,6 +218,7 @@ class _Sending:
         self.frames = response.body_iterator
         self.ping = response.ping
         self.send_timeout = response.send_timeout
+        self._first_at_once = response.first_at_once
         periods = [p for p in (self.ping, self.send_timeout) if p]
         # Often enough that a stalled send ends within a quarter of its timeout past it.
         self.tick = min(periods) / 4 if periods else 0.0
@@ -266,6 +269,7 @@ class _Sending:
         pending: list[bytes] = []
         size = 0
         throw: asyncio.CancelledError | None = None
+        first = self._first_at_once  # the first frame to be sent alone, at once
         while True:
             try:
                 frame, rest = _step(frames, throw)
@@ -294,14 +298,12 @@ class _Sending:
                 except StopAsyncIteration:  # the iterator ended after it waited
                     break
             assert frame is not None
-            if frame:
-                pending.append(frame)
-                size += len(frame)
-                if size < FLUSH_BYTES:
-                    continue
-            elif not pending:  # FLUSH with nothing pending
+            pending.append(frame)
+            size += len(frame)
+            if size < FLUSH_BYTES and not first:
                 continue
-            # FLUSH, or FLUSH_BYTES pending: sent while the iterator sits where it yielded.
+            first = False
+            # The first frame, or FLUSH_BYTES pending: sent with the iterator where it yielded.
             body = b"".join(pending)
             pending, size = [], 0
             try:

@@ -152,9 +152,7 @@ def test_a_tenants_keys_get_its_limit(gateways: Any) -> None:
     assert_rate_limit_error(refused(globex), "requests", 1)
 
 
-def test_tokens_without_a_subject_share_their_tenants_bucket(
-    gateways: Any, tmp_path: Path
-) -> None:
+def test_tokens_without_a_subject_share_their_tenants_bucket(gateways: Any, tmp_path: Path) -> None:
     signing = SigningKey("key-1")
     jwks = tmp_path / "jwks.json"
     jwks.write_text(json.dumps({"keys": [signing.jwk()]}))

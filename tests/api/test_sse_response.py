@@ -26,7 +26,6 @@ from starlette.types import Message, Scope
 from app.api.drain import OPEN_STREAMS
 from app.api.sse import GatewayEventSource, event_stream_response
 from app.api.sse_response import (
-    FLUSH,
     FLUSH_BYTES,
     PING_FRAME,
     EventStreamResponse,
@@ -239,17 +238,18 @@ async def test_a_long_burst_is_split_once_flush_bytes_are_pending() -> None:
     assert client.body() == frame * count
 
 
-async def test_flush_sends_what_is_pending_at_once_and_is_no_frame() -> None:
-    async def frames() -> AsyncIterator[bytes]:
-        yield b"a"
-        yield FLUSH
-        yield FLUSH  # nothing pending: no message
-        yield b"b"
-        yield b"c"
+async def test_with_first_at_once_the_first_frame_goes_out_alone_then_frames_coalesce() -> None:
+    """Nothing waits here: the first frame is still sent before the iterator goes on."""
+    trace: list[str] = []
 
-    client = Client()
-    await serve(EventStreamResponse(frames()), client)
-    assert [(m["body"], m["more_body"]) for m in client.bodies] == [(b"a", True), (b"bc", False)]
+    async def frames() -> AsyncIterator[bytes]:
+        for name in ("a", "b", "c"):
+            trace.append(f"made {name}")
+            yield name.encode()
+
+    client = Client(trace)
+    await serve(EventStreamResponse(frames(), first_at_once=True), client)
+    assert trace == ["made a", "send a", "made b", "made c", "send bc, end"]
 
 
 @pytest.mark.parametrize(
@@ -723,8 +723,9 @@ async def test_a_stream_cut_while_a_send_waits_still_ends_with_the_closing_event
 async def test_a_stream_cut_while_its_first_event_is_sent_ends_with_the_closing_events(
     cut_restored: None,
 ) -> None:
-    """The first event is sent where the iterator yielded it (``FLUSH``), before it goes on: a
-    cut then is raised in the iterator there, which ends the stream with its closing events."""
+    """The first event is sent where the iterator yielded it (``first_at_once``), before it
+    goes on: a cut then is raised in the iterator there, which ends the stream with its closing
+    events."""
     trace: list[str] = []
 
     async def events() -> AsyncIterator[dict[str, Any]]:

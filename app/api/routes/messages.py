@@ -23,7 +23,6 @@ from app.api.disconnect import OPENING_STREAM, WAITING_FOR_ANSWER, unless_gone
 from app.api.rate_limit import Meter, charge_usage, meter_of
 from app.api.routes.responses import client_headers
 from app.api.sse import event_stream
-from app.api.sse_response import FLUSH
 from app.api.state import gateway_state
 from app.api.tenancy import principal_of
 from app.frontends.anthropic.errors import error_body
@@ -40,14 +39,10 @@ logger = logging.getLogger(__name__)
 async def _frames(
     events: AsyncIterator[JsonObject], translator: MessageStream, meter: Meter | None
 ) -> AsyncIterator[bytes]:
-    opened = False
     try:
         async for event in events:
             for out in translator.feed(event):
                 yield b"event: " + out["type"].encode() + b"\ndata: " + orjson.dumps(out) + b"\n\n"
-                if not opened:  # ``message_start`` goes out at once (``app.api.sse._frames``)
-                    opened = True
-                    yield FLUSH
             if translator.finished:
                 if meter is not None:  # the rate limits count the response's tokens
                     await meter.charge(event.get("response"))
