@@ -100,7 +100,10 @@ class GatewayEventSource(EventStreamResponse):
     (``stream_send_timeout_seconds``: a client connected but no longer reading): the body
     iterator is closed (so the upstream request is dropped), one line is logged, and the
     connection is closed (uvicorn closes a response left incomplete, and logs an error line
-    saying so: ASGI has no way to abort a response)."""
+    saying so: ASGI has no way to abort a response). Its first frame goes out at once
+    (``response.created``, ``message_start``)."""
+
+    first_at_once = True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -154,11 +157,8 @@ def log_stalled(scope: Scope, send_timeout: float | None) -> None:
 def event_stream(
     frames: AsyncIterator[bytes], send_timeout: float | None = None
 ) -> GatewayEventSource:
-    """An SSE response of encoded ``frames``, its first (``response.created``,
-    ``message_start``) sent at once; ``send_timeout``: None (or 0) waits forever."""
-    return GatewayEventSource(
-        frames, ping=15, send_timeout=send_timeout or None, first_at_once=True
-    )
+    """An SSE response of encoded ``frames``; ``send_timeout``: None (or 0) waits forever."""
+    return GatewayEventSource(frames, ping=15, send_timeout=send_timeout or None)
 
 
 def event_stream_response(

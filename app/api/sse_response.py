@@ -17,9 +17,9 @@ scope, a lock and an ASGI message per event). What it keeps of it, each covered 
 without waiting joins the ones pending, and what is pending is sent, in one ASGI message, just
 before the iterator would wait (for the upstream, a tool) or once ``FLUSH_BYTES`` are pending;
 at the end, in the last message, and before an exception of the iterator propagates. With
-``first_at_once`` the first frame is sent at once, alone (the gateway's streams: the client's
-first event is not held back when the upstream's whole answer was read already and nothing
-waits).
+``first_at_once`` (a class attribute) the first frame is sent at once, alone (the gateway's
+streams: the client's first event is not held back when the upstream's whole answer was read
+already and nothing waits).
 A paced stream (a token at a time) thus sends each event as soon as it is made; a burst (an
 upstream chunk carrying many events, the opening events, a tool round's) is one write, not one
 per event. Waiting is passed through untouched: the task waits on the iterator's own
@@ -151,6 +151,9 @@ class EventStreamResponse(Response):
     """``text/event-stream`` of the encoded ``frames`` (each a whole SSE frame, as bytes)."""
 
     media_type = "text/event-stream"
+    # The first frame sent alone, at once (see the module docstring); the gateway's streams
+    # (``app.api.sse.GatewayEventSource``) set it.
+    first_at_once = False
 
     def __init__(
         self,
@@ -160,7 +163,6 @@ class EventStreamResponse(Response):
         headers: Mapping[str, str] | None = None,
         ping: float = 15.0,
         send_timeout: float | None = None,
-        first_at_once: bool = False,
         background: BackgroundTask | None = None,
     ) -> None:
         self.body_iterator = frames
@@ -172,7 +174,6 @@ class EventStreamResponse(Response):
         self.init_headers(merged)
         self.ping = ping
         self.send_timeout = send_timeout or None
-        self.first_at_once = first_at_once
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         start: Message = {

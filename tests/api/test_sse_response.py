@@ -247,8 +247,10 @@ async def test_with_first_at_once_the_first_frame_goes_out_alone_then_frames_coa
             trace.append(f"made {name}")
             yield name.encode()
 
+    response = EventStreamResponse(frames())
+    response.first_at_once = True
     client = Client(trace)
-    await serve(EventStreamResponse(frames(), first_at_once=True), client)
+    await serve(response, client)
     assert trace == ["made a", "send a", "made b", "made c", "send bc, end"]
 
 
@@ -665,6 +667,7 @@ async def test_a_send_stalled_while_the_iterator_waits_cancels_and_closes_the_it
     client = Client(trace)
     client.stall = True
     response = GatewayEventSource(one_then_wait(future(), trace), send_timeout=0.2)
+    response.first_at_once = False  # the first frame goes out as the iterator waits
     await response(GET, client.receive, client.send)
     assert trace == ["waits", "send a", "send cancelled", "cancelled where it waits", "closed"]
     assert len(stalled_lines(caplog)) == 1
@@ -907,6 +910,7 @@ async def test_a_client_gone_as_its_send_times_out_ends_the_stream_once(
 
     client.on_stall = on_stall
     response = GatewayEventSource(one_then_wait(future(), trace), send_timeout=0.2)
+    response.first_at_once = False  # the first frame goes out as the iterator waits
     await response(GET, client.receive, client.send)
     assert trace == ["waits", "send a", "send cancelled", "cancelled where it waits", "closed"]
     assert len(stalled_lines(caplog)) == 1
