@@ -25,7 +25,8 @@ THRESHOLDS = (20_000, 20, 20)
 
 def settle_heap(thresholds: tuple[int, int, int] = THRESHOLDS) -> int:
     """Collect once, freeze what is left (the start-up heap) and set ``thresholds``; returns
-    how many objects were frozen. Called once the servers accept connections."""
+    how many objects were frozen. Called once the app has started, before the server accepts
+    connections (``app.serving.CallerSignalsServer.startup``)."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*thresholds)

@@ -36,6 +36,20 @@ class CallerSignalsServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's start-up, the start-up heap settled (``app.collector``) once the app's own
+        start-up is done and before a connection is accepted: the collection pauses the loop,
+        and a connection accepted meanwhile would see its header timeout run down unread."""
+        app_startup = self.lifespan.startup
+
+        async def then_settle() -> None:
+            await app_startup()
+            if not self.lifespan.should_exit:
+                settle_heap()
+
+        self.lifespan.startup = then_settle
+        await super().startup(sockets=sockets)
+
 
 # Open requests and streams may run this long after SIGTERM (``drain_timeout_seconds``).
 DEFAULT_DRAIN_SECONDS = 10.0
@@ -114,8 +128,6 @@ async def serve_together(
     try:
         tasks = [asyncio.create_task(_serve(server, sock)) for server, sock in servers]
         started = await _until_started([server for server, _ in servers], tasks)
-        if started:
-            settle_heap()  # the start-up heap out of the collector's way (app.collector)
         if started and on_started is not None:
             on_started()
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)

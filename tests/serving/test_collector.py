@@ -1,5 +1,6 @@
 """``app.collector.settle_heap``: the start-up heap frozen out of the collector's way, the young
-threshold raised; and ``serve_together`` calls it once the servers listen."""
+threshold raised; and a server calls it once its app has started, before it accepts a
+connection."""
 
 from __future__ import annotations
 
@@ -37,15 +38,21 @@ def test_the_heap_left_after_a_collection_is_frozen_and_the_thresholds_set(
     assert gc.get_freeze_count() == frozen
 
 
-async def test_the_servers_settle_the_heap_once_they_listen(
+async def test_a_server_settles_the_heap_after_its_app_started_and_before_it_accepts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     trace: list[str] = []
-    monkeypatch.setattr(serving, "settle_heap", lambda: trace.append("settled") or 0)
+
+    def settle() -> int:
+        trace.append(f"settled, accepting: {bool(getattr(server, 'servers', None))}")
+        return 0
+
+    monkeypatch.setattr(serving, "settle_heap", settle)
 
     async def app(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             while (await receive())["type"] != "lifespan.shutdown":
+                trace.append("app started")
                 await send({"type": "lifespan.startup.complete"})
             await send({"type": "lifespan.shutdown.complete"})
 
@@ -58,4 +65,4 @@ async def test_the_servers_settle_the_heap_once_they_listen(
         server.should_exit = True
 
     assert await serving.serve_together([(server, sock)], started) is True
-    assert trace == ["settled", "started"]
+    assert trace == ["app started", "settled, accepting: False", "started"]
